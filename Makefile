@@ -1,0 +1,64 @@
+# depthdec — `make` builds the library (static + shared), the CLI and the tests; `make test` runs the tests.
+# CUDA is opt-in: `make CUDA=1 CUDA_ARCH=sm_90`.
+
+CC       ?= gcc
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -pthread -ffp-contract=off \
+            -Iinclude -Isrc
+LDLIBS   += -ljansson -lm -pthread
+BUILD    ?= build
+
+LIB_SRC  := $(wildcard src/*.c)
+LIB_OBJ  := $(LIB_SRC:src/%.c=$(BUILD)/obj/%.o)
+TEST_SRC := $(wildcard tests/test_*.c)
+TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/%)
+TEST_COMMON_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
+TEST_COMMON_OBJ := $(TEST_COMMON_SRC:tests/%.c=$(BUILD)/tobj/%.o)
+
+ifeq ($(CUDA),1)
+NVCC      ?= nvcc
+CUDA_ARCH ?= sm_90
+CUDA_HOME ?= /usr/local/cuda
+CU_SRC    := $(wildcard src/cuda/*.cu)
+CU_OBJ    := $(CU_SRC:src/cuda/%.cu=$(BUILD)/cuobj/%.o)
+LIB_OBJ   += $(CU_OBJ)
+CFLAGS    += -DDD_WITH_CUDA=1
+LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart -lstdc++
+NVFLAGS   ?= -O3 -arch=$(CUDA_ARCH) -Xcompiler -fPIC -Iinclude -Isrc -fmad=false --std=c++17
+endif
+
+.PHONY: all lib test clean
+all: lib $(BUILD)/depthdec $(TESTS)
+lib: $(BUILD)/libdepthdec.a $(BUILD)/libdepthdec.so
+
+$(BUILD)/obj/%.o: src/%.c $(wildcard src/*.h) include/depthdec.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/cuobj/%.o: src/cuda/%.cu $(wildcard src/*.h src/cuda/*.cuh) include/depthdec.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(BUILD)/libdepthdec.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libdepthdec.so: $(LIB_OBJ)
+	$(CC) -shared -o $@ $^ $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/depthdec: tools/depthdec.c $(BUILD)/libdepthdec.a
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libdepthdec.a $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/tobj/%.o: tests/%.c $(wildcard tests/*.h src/*.h) include/depthdec.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -c $< -o $@
+
+$(BUILD)/test_%: tests/test_%.c $(TEST_COMMON_OBJ) $(BUILD)/libdepthdec.a $(wildcard tests/*.h)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(TEST_COMMON_OBJ) $(BUILD)/libdepthdec.a $(LDFLAGS) $(LDLIBS) -lcmocka
+
+# Each test binary runs from the repository root; cmocka prints a summary per binary, this prints the total.
+test: all
+	@bash tests/run_all.sh $(BUILD) $(TESTS)
+
+clean:
+	rm -rf $(BUILD)
