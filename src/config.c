@@ -1,0 +1,196 @@
+/* Model configs: the native depthdec JSON (SPEC §4) and HF CSM config.json, both into dd_config, with bounds
+ * checked before anything is sized from them. */
+#include "config.h"
+#include "model.h"
+#include "util.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Integer field `key` of o into *out. Missing -> DD_EMODEL unless `dflt` >= 0 (then *out = dflt). */
+static dd_status get_int(const char *src, const json_t *o, const char *key, int dflt, int lo, int hi, int *out,
+                         dd_error *err) {
+    const json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) {
+        if (dflt >= 0) {
+            *out = dflt;
+            return DD_OK;
+        }
+        return dd_fail(err, DD_EMODEL, "%s: config: missing \"%s\"", src, key);
+    }
+    if (!json_is_integer(v)) return dd_fail(err, DD_EMODEL, "%s: config: \"%s\" is not an integer", src, key);
+    json_int_t i = json_integer_value(v);
+    if (i < lo || i > hi)
+        return dd_fail(err, DD_EMODEL, "%s: config: \"%s\" = %lld outside [%d, %d]", src, key, (long long)i, lo, hi);
+    *out = (int)i;
+    return DD_OK;
+}
+
+static dd_status get_num(const char *src, const json_t *o, const char *key, double dflt, double *out, dd_error *err) {
+    const json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) {
+        if (!isnan(dflt)) {
+            *out = dflt;
+            return DD_OK;
+        }
+        return dd_fail(err, DD_EMODEL, "%s: config: missing \"%s\"", src, key);
+    }
+    if (!json_is_number(v)) return dd_fail(err, DD_EMODEL, "%s: config: \"%s\" is not a number", src, key);
+    *out = json_number_value(v);
+    if (!isfinite(*out)) return dd_fail(err, DD_EMODEL, "%s: config: \"%s\" is not finite", src, key);
+    return DD_OK;
+}
+
+/* Shared consistency checks, after either parser. */
+static dd_status check_config(const char *src, dd_config *c, dd_error *err) {
+    if (c->heads % c->kv_heads != 0)
+        return dd_fail(err, DD_EMODEL, "%s: config: heads %d not divisible by kv_heads %d", src, c->heads, c->kv_heads);
+    if (!(c->norm_eps > 0 && c->norm_eps < 1))
+        return dd_fail(err, DD_EMODEL, "%s: config: norm_eps %g outside (0, 1)", src, (double)c->norm_eps);
+    if ((int64_t)c->heads * c->head_dim > DD_MAX_DIM)
+        return dd_fail(err, DD_EMODEL, "%s: config: heads*head_dim = %lld exceeds %d", src,
+                       (long long)c->heads * c->head_dim, DD_MAX_DIM);
+    if (c->has_rope) {
+        if (c->head_dim % 2)
+            return dd_fail(err, DD_EMODEL, "%s: config: RoPE needs an even head_dim, got %d", src, c->head_dim);
+        if (!(c->rope_theta > 1))
+            return dd_fail(err, DD_EMODEL, "%s: config: rope theta %g must be > 1", src, c->rope_theta);
+        if (c->rope_scaling &&
+            !(c->rope_factor >= 1 && c->rope_low_freq_factor > 0 &&
+              c->rope_high_freq_factor > c->rope_low_freq_factor && c->rope_original_max_pos >= 1))
+            return dd_fail(err, DD_EMODEL,
+                           "%s: config: llama3 rope scaling needs factor >= 1, 0 < low_freq_factor < "
+                           "high_freq_factor, original_max_position_embeddings >= 1 (got %g, %g, %g, %g)",
+                           src, c->rope_factor, c->rope_low_freq_factor, c->rope_high_freq_factor,
+                           c->rope_original_max_pos);
+    }
+    if (c->quant_bits && c->quant_bits != 8 && c->quant_bits != 4)
+        return dd_fail(err, DD_EMODEL, "%s: config: quantization bits %d (want 8 or 4)", src, c->quant_bits);
+    if (c->quant_bits && c->quant_group != 32 && c->quant_group != 64 && c->quant_group != 128)
+        return dd_fail(err, DD_EMODEL, "%s: config: quantization group_size %d (want 32, 64 or 128)", src,
+                       c->quant_group);
+    return DD_OK;
+}
+
+/* llama3 scaling keys, shared by native "scaling" and HF rope_scaling / rope_parameters. */
+static dd_status parse_llama3(const char *src, const json_t *s, dd_config *c, dd_error *err) {
+    dd_status st;
+    if ((st = get_num(src, s, "factor", NAN, &c->rope_factor, err)) ||
+        (st = get_num(src, s, "low_freq_factor", NAN, &c->rope_low_freq_factor, err)) ||
+        (st = get_num(src, s, "high_freq_factor", NAN, &c->rope_high_freq_factor, err)) ||
+        (st = get_num(src, s, "original_max_position_embeddings", NAN, &c->rope_original_max_pos, err)))
+        return st;
+    c->rope_scaling = 1;
+    return DD_OK;
+}
+
+dd_status dd_config_parse_native(const char *src, const json_t *o, dd_config *c, dd_error *err) {
+    memset(c, 0, sizeof *c);
+    if (!json_is_object(o)) return dd_fail(err, DD_EMODEL, "%s: config is not a JSON object", src);
+    const json_t *fmt = json_object_get(o, "format");
+    if (!json_is_string(fmt) || strcmp(json_string_value(fmt), "depthdec") != 0)
+        return dd_fail(err, DD_EMODEL, "%s: config: \"format\" must be \"depthdec\"", src);
+    int version;
+    dd_status st = get_int(src, o, "version", -1, 1, 1, &version, err);
+    if (st) return st;
+    const json_t *blk = json_object_get(o, "block");
+    const char *b = json_is_string(blk) ? json_string_value(blk) : "";
+    if (strcmp(b, "gpt") == 0) c->block = DD_BLOCK_GPT;
+    else if (strcmp(b, "llama") == 0) c->block = DD_BLOCK_LLAMA;
+    else return dd_fail(err, DD_EMODEL, "%s: config: \"block\" must be \"gpt\" or \"llama\"", src);
+    double eps;
+    if ((st = get_int(src, o, "levels", -1, 2, DD_MAX_LEVELS, &c->levels, err)) ||
+        (st = get_int(src, o, "codebook_size", -1, 1, DD_MAX_VOCAB, &c->codebook_size, err)) ||
+        (st = get_int(src, o, "input_dim", -1, 1, DD_MAX_DIM, &c->input_dim, err)) ||
+        (st = get_int(src, o, "dim", -1, 1, DD_MAX_DIM, &c->dim, err)) ||
+        (st = get_int(src, o, "layers", -1, 1, DD_MAX_LAYERS, &c->layers, err)) ||
+        (st = get_int(src, o, "heads", -1, 1, DD_MAX_HEADS, &c->heads, err)) ||
+        (st = get_int(src, o, "kv_heads", c->heads, 1, DD_MAX_HEADS, &c->kv_heads, err)) ||
+        (st = get_int(src, o, "head_dim", -1, 1, DD_MAX_HEAD_DIM, &c->head_dim, err)) ||
+        (st = get_int(src, o, "ffn_dim", -1, 1, DD_MAX_FFN, &c->ffn_dim, err)) ||
+        (st = get_num(src, o, "norm_eps", 1e-5, &eps, err)))
+        return st;
+    c->norm_eps = (float)eps;
+    const json_t *rope = json_object_get(o, "rope");
+    if (rope && !json_is_null(rope)) {
+        if (!json_is_object(rope)) return dd_fail(err, DD_EMODEL, "%s: config: \"rope\" must be null or an object", src);
+        c->has_rope = 1;
+        if ((st = get_num(src, rope, "theta", NAN, &c->rope_theta, err))) return st;
+        const json_t *sc = json_object_get(rope, "scaling");
+        if (sc && !json_is_null(sc)) {
+            if (!json_is_object(sc))
+                return dd_fail(err, DD_EMODEL, "%s: config: \"rope.scaling\" must be null or an object", src);
+            if ((st = parse_llama3(src, sc, c, err))) return st;
+        }
+    }
+    const json_t *q = json_object_get(o, "quantization");
+    if (q && !json_is_null(q)) {
+        if (!json_is_object(q)) return dd_fail(err, DD_EMODEL, "%s: config: \"quantization\" must be an object", src);
+        const json_t *mode = json_object_get(q, "mode");
+        if (mode && (!json_is_string(mode) || strcmp(json_string_value(mode), "affine") != 0))
+            return dd_fail(err, DD_EMODEL, "%s: config: quantization mode must be \"affine\"", src);
+        if ((st = get_int(src, q, "bits", -1, 1, 64, &c->quant_bits, err)) ||
+            (st = get_int(src, q, "group_size", 64, 1, 1 << 20, &c->quant_group, err)))
+            return st;
+    }
+    return check_config(src, c, err);
+}
+
+dd_status dd_config_parse_csm(const char *src, const json_t *o, dd_config *c, dd_error *err) {
+    memset(c, 0, sizeof *c);
+    if (!json_is_object(o)) return dd_fail(err, DD_EMODEL, "%s: not a JSON object", src);
+    const json_t *mt = json_object_get(o, "model_type");
+    if (!json_is_string(mt) || strcmp(json_string_value(mt), "csm") != 0)
+        return dd_fail(err, DD_EMODEL, "%s: model_type is not \"csm\" (only the HF CSM layout is supported)", src);
+    const json_t *d = json_object_get(o, "depth_decoder_config");
+    if (!json_is_object(d)) return dd_fail(err, DD_EMODEL, "%s: missing object \"depth_decoder_config\"", src);
+    c->block = DD_BLOCK_LLAMA;
+    dd_status st;
+    int backbone_hidden = 0;
+    double eps;
+    if ((st = get_int(src, o, "hidden_size", 0, 0, DD_MAX_DIM, &backbone_hidden, err)) ||
+        (st = get_int(src, d, "backbone_hidden_size", backbone_hidden > 0 ? backbone_hidden : -1, 1, DD_MAX_DIM,
+                      &c->input_dim, err)) ||
+        (st = get_int(src, d, "num_codebooks", -1, 2, DD_MAX_LEVELS, &c->levels, err)) ||
+        (st = get_int(src, d, "vocab_size", -1, 1, DD_MAX_VOCAB, &c->codebook_size, err)) ||
+        (st = get_int(src, d, "hidden_size", -1, 1, DD_MAX_DIM, &c->dim, err)) ||
+        (st = get_int(src, d, "num_hidden_layers", -1, 1, DD_MAX_LAYERS, &c->layers, err)) ||
+        (st = get_int(src, d, "num_attention_heads", -1, 1, DD_MAX_HEADS, &c->heads, err)) ||
+        (st = get_int(src, d, "num_key_value_heads", c->heads, 1, DD_MAX_HEADS, &c->kv_heads, err)) ||
+        (st = get_int(src, d, "head_dim", c->dim / c->heads > 0 ? c->dim / c->heads : -1, 1, DD_MAX_HEAD_DIM,
+                      &c->head_dim, err)) ||
+        (st = get_int(src, d, "intermediate_size", -1, 1, DD_MAX_FFN, &c->ffn_dim, err)) ||
+        (st = get_num(src, d, "rms_norm_eps", 1e-5, &eps, err)))
+        return st;
+    c->norm_eps = (float)eps;
+    const json_t *act = json_object_get(d, "hidden_act");
+    if (act && json_is_string(act) && strcmp(json_string_value(act), "silu") != 0)
+        return dd_fail(err, DD_EMODEL, "%s: depth_decoder_config.hidden_act \"%s\" (only silu is supported)", src,
+                       json_string_value(act));
+    /* RoPE: transformers >= 5 writes rope_parameters {rope_type, rope_theta, ...}; 4.x writes rope_theta and
+     * rope_scaling {rope_type|type, factor, ...}. */
+    c->has_rope = 1;
+    const json_t *rp = json_object_get(d, "rope_parameters");
+    const json_t *scal = NULL;
+    if (json_is_object(rp)) {
+        if ((st = get_num(src, rp, "rope_theta", NAN, &c->rope_theta, err))) {
+            /* some writers keep theta outside */
+            if ((st = get_num(src, d, "rope_theta", NAN, &c->rope_theta, err))) return st;
+        }
+        scal = rp;
+    } else {
+        if ((st = get_num(src, d, "rope_theta", 10000.0, &c->rope_theta, err))) return st;
+        scal = json_object_get(d, "rope_scaling");
+    }
+    if (scal && json_is_object(scal)) {
+        const json_t *ty = json_object_get(scal, "rope_type");
+        if (!ty) ty = json_object_get(scal, "type");
+        const char *t = json_is_string(ty) ? json_string_value(ty) : "default";
+        if (strcmp(t, "llama3") == 0) {
+            if ((st = parse_llama3(src, scal, c, err))) return st;
+        } else if (strcmp(t, "default") != 0) {
+            return dd_fail(err, DD_EMODEL, "%s: rope type \"%s\" is not supported (default or llama3)", src, t);
+        }
+    }
+    return check_config(src, c, err);
+}

@@ -1,0 +1,172 @@
+/* dd_decoder: backend choice, the argument checks of SPEC §3 point 6 (before any work), and the guarantee that
+ * nothing is written to the caller's outputs on error. */
+#include "backend.h"
+#include "sample.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const dd_backend_vt *backend_vt(dd_backend b) {
+    switch (b) {
+    case DD_BACKEND_REF: return &dd_ref_backend;
+#ifdef DD_WITH_CPU
+    case DD_BACKEND_CPU: return &dd_cpu_backend;
+#endif
+#ifdef DD_WITH_CUDA
+    case DD_BACKEND_CUDA: return dd_cuda_device_present() ? &dd_cuda_backend : NULL;
+#endif
+    default: return NULL;
+    }
+}
+
+const char *dd_backend_name(dd_backend b) {
+    switch (b) {
+    case DD_BACKEND_AUTO: return "auto";
+    case DD_BACKEND_REF: return "ref";
+    case DD_BACKEND_CPU: return "cpu";
+    case DD_BACKEND_CUDA: return "cuda";
+    }
+    return "?";
+}
+
+dd_status dd_backend_parse(const char *s, dd_backend *out) {
+    static const dd_backend all[] = {DD_BACKEND_AUTO, DD_BACKEND_REF, DD_BACKEND_CPU, DD_BACKEND_CUDA};
+    for (size_t i = 0; s && i < sizeof all / sizeof *all; i++)
+        if (strcmp(s, dd_backend_name(all[i])) == 0) {
+            *out = all[i];
+            return DD_OK;
+        }
+    return DD_EINVAL;
+}
+
+int dd_backend_available(dd_backend b) {
+    if (b == DD_BACKEND_AUTO) return 1;
+    return backend_vt(b) != NULL;
+}
+
+dd_decoder_params dd_decoder_default_params(void) {
+    return (dd_decoder_params){.backend = DD_BACKEND_AUTO, .max_batch = 64, .threads = 0};
+}
+
+dd_sampling dd_sampling_default(void) { return (dd_sampling){.temperature = 0.9f, .top_k = 50}; }
+
+dd_status dd_decoder_create(dd_decoder **out, const dd_model *m, const dd_decoder_params *p, dd_error *err) {
+    dd_error_clear(err);
+    if (!out) return dd_fail(err, DD_EINVAL, "dd_decoder_create: out is NULL");
+    *out = NULL;
+    if (!m) return dd_fail(err, DD_EINVAL, "dd_decoder_create: model is NULL");
+    dd_decoder_params dp = p ? *p : dd_decoder_default_params();
+    if (dp.max_batch < 1 || dp.max_batch > DD_MAX_BATCH)
+        return dd_fail(err, DD_EINVAL, "max_batch %d outside [1, %d]", dp.max_batch, DD_MAX_BATCH);
+    if (dp.threads < 0 || dp.threads > 1024) return dd_fail(err, DD_EINVAL, "threads %d outside [0, 1024]", dp.threads);
+    dd_backend b = dp.backend;
+    if (b == DD_BACKEND_AUTO) {
+        static const dd_backend order[] = {DD_BACKEND_CUDA, DD_BACKEND_CPU, DD_BACKEND_REF};
+        for (size_t i = 0; i < sizeof order / sizeof *order; i++)
+            if (backend_vt(order[i])) {
+                b = order[i];
+                break;
+            }
+    }
+    const dd_backend_vt *vt = backend_vt(b);
+    if (!vt) {
+        if (b == DD_BACKEND_CUDA)
+            return dd_fail(err, DD_EUNSUPPORTED,
+#ifdef DD_WITH_CUDA
+                           "backend cuda: no CUDA device is available"
+#else
+                           "backend cuda: this build has no CUDA backend (build with make CUDA=1)"
+#endif
+            );
+        return dd_fail(err, DD_EUNSUPPORTED, "backend %s: not built into this library", dd_backend_name(b));
+    }
+    dd_decoder *d = calloc(1, sizeof *d);
+    if (!d) return dd_fail(err, DD_ENOMEM, "decoder: out of memory");
+    d->m = m;
+    d->backend = b;
+    d->max_batch = dp.max_batch;
+    d->threads = dp.threads;
+    d->vt = vt;
+    d->codes_tmp = malloc((size_t)dp.max_batch * m->cfg.levels * sizeof(int32_t));
+    dd_status s = d->codes_tmp ? vt->init(d, err) : dd_fail(err, DD_ENOMEM, "decoder: out of memory");
+    if (s) {
+        dd_decoder_free(d);
+        return s;
+    }
+    *out = d;
+    return DD_OK;
+}
+
+void dd_decoder_free(dd_decoder *d) {
+    if (!d) return;
+    if (d->vt) d->vt->destroy(d);
+    free(d->codes_tmp);
+    free(d);
+}
+
+dd_backend dd_decoder_backend(const dd_decoder *d) { return d->backend; }
+int dd_decoder_max_batch(const dd_decoder *d) { return d->max_batch; }
+
+/* Checks shared by decode and score: batch size and hidden finiteness. */
+static dd_status check_rows(const dd_decoder *d, int n, const float *hidden, dd_error *err) {
+    if (n < 1 || n > d->max_batch)
+        return dd_fail(err, DD_EINVAL, "batch of %d rows outside [1, max_batch %d]", n, d->max_batch);
+    if (!hidden) return dd_fail(err, DD_EINVAL, "hidden is NULL");
+    int I = d->m->cfg.input_dim;
+    for (int r = 0; r < n; r++)
+        for (int i = 0; i < I; i++)
+            if (!isfinite(hidden[(size_t)r * I + i]))
+                return dd_fail(err, DD_ENUMERIC, "hidden row %d, element %d: non-finite value %g", r, i,
+                               (double)hidden[(size_t)r * I + i]);
+    return DD_OK;
+}
+
+static dd_status check_codes(const dd_decoder *d, const char *what, const int32_t *c, int n, int per_row,
+                             dd_error *err) {
+    int V = d->m->cfg.codebook_size;
+    for (int r = 0; r < n; r++)
+        for (int l = 0; l < per_row; l++) {
+            int32_t v = c[(size_t)r * per_row + l];
+            if (v < 0 || v >= V) {
+                if (per_row == 1)
+                    return dd_fail(err, DD_EINVAL, "%s row %d: code %d outside [0, %d)", what, r, (int)v, V);
+                return dd_fail(err, DD_EINVAL, "%s row %d, level %d: code %d outside [0, %d)", what, r, l, (int)v, V);
+            }
+        }
+    return DD_OK;
+}
+
+dd_status dd_decode(dd_decoder *d, int n, const float *hidden, const int32_t *c0, const uint64_t *seeds,
+                    const uint64_t *frames, const dd_sampling *s, int32_t *codes, dd_error *err) {
+    dd_error_clear(err);
+    if (!d) return dd_fail(err, DD_EINVAL, "dd_decode: decoder is NULL");
+    if (!codes) return dd_fail(err, DD_EINVAL, "dd_decode: codes is NULL");
+    dd_sampling sp = s ? *s : dd_sampling_default();
+    if (!isfinite(sp.temperature) || sp.temperature < 0)
+        return dd_fail(err, DD_EINVAL, "temperature %g: must be finite and >= 0", (double)sp.temperature);
+    if (sp.top_k < 0) return dd_fail(err, DD_EINVAL, "top_k %d: must be >= 0", sp.top_k);
+    dd_status st = check_rows(d, n, hidden, err);
+    if (st) return st;
+    if (c0 && (st = check_codes(d, "c0", c0, n, 1, err))) return st;
+    if (!c0 && !d->m->cfg.has_head0)
+        return dd_fail(err, DD_EUNSUPPORTED, "%s: no head0 in the model: c0 must be given", d->m->source);
+    st = d->vt->decode(d, n, hidden, c0, seeds, frames, &sp, d->codes_tmp, err);
+    if (st) return st;
+    memcpy(codes, d->codes_tmp, (size_t)n * d->m->cfg.levels * sizeof(int32_t));
+    return DD_OK;
+}
+
+dd_status dd_score(dd_decoder *d, int n, const float *hidden, const int32_t *codes, float *logits, float *logits0,
+                   dd_error *err) {
+    dd_error_clear(err);
+    if (!d) return dd_fail(err, DD_EINVAL, "dd_score: decoder is NULL");
+    if (!codes || !logits) return dd_fail(err, DD_EINVAL, "dd_score: codes or logits is NULL");
+    dd_status st = check_rows(d, n, hidden, err);
+    if (st) return st;
+    if ((st = check_codes(d, "codes", codes, n, d->m->cfg.levels, err))) return st;
+    if (logits0 && !d->m->cfg.has_head0)
+        return dd_fail(err, DD_EUNSUPPORTED, "%s: no head0 in the model: level-0 logits unavailable", d->m->source);
+    return d->vt->score(d, n, hidden, codes, logits, logits0, err);
+}

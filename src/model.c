@@ -1,0 +1,629 @@
+/* Model loading: native .safetensors (config in __metadata__ or a sidecar config.json) and HF CSM directories
+ * (config.json + model.safetensors or a sharded index). Every tensor the engine uses is found by name, checked
+ * for dtype and exact shape, and wrapped in a dd_weight view into the mapping; small vectors (norms, biases,
+ * positions) are converted to owned float32. A model loads completely or not at all. */
+#include "config.h"
+#include "model.h"
+#include "safetensors.h"
+#include "util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+
+/* ---- weights ---------------------------------------------------------------------------------------------- */
+
+size_t dd_dtype_size(dd_dtype t) {
+    switch (t) {
+    case DD_F32: return 4;
+    case DD_F16:
+    case DD_BF16: return 2;
+    default: return 0;
+    }
+}
+
+dd_weight dd_weight_rows(const dd_weight *w, int64_t r0, int64_t n) {
+    dd_weight v = *w;
+    v.rows = n;
+    v.data = w->data + (size_t)r0 * w->row_bytes;
+    if (w->scales) {
+        v.scales = w->scales + (size_t)r0 * w->sb_row_bytes;
+        v.biases = w->biases + (size_t)r0 * w->sb_row_bytes;
+    }
+    return v;
+}
+
+static float load_sb(dd_dtype t, const uint8_t *p, int64_t i) {
+    switch (t) {
+    case DD_F16: return dd_f16_to_f32(dd_ld16(p + 2 * i));
+    case DD_BF16: return dd_bf16_to_f32(dd_ld16(p + 2 * i));
+    default: return dd_ldf32(p + 4 * i);
+    }
+}
+
+void dd_weight_row_f32(const dd_weight *w, int64_t r, float *out) {
+    const uint8_t *p = w->data + (size_t)r * w->row_bytes;
+    int64_t n = w->cols;
+    switch (w->type) {
+    case DD_F32:
+        memcpy(out, p, (size_t)n * 4);
+        break;
+    case DD_F16:
+        for (int64_t i = 0; i < n; i++) out[i] = dd_f16_to_f32(dd_ld16(p + 2 * i));
+        break;
+    case DD_BF16:
+        for (int64_t i = 0; i < n; i++) out[i] = dd_bf16_to_f32(dd_ld16(p + 2 * i));
+        break;
+    case DD_Q8:
+    case DD_Q4: {
+        const uint8_t *sc = w->scales + (size_t)r * w->sb_row_bytes, *bi = w->biases + (size_t)r * w->sb_row_bytes;
+        int bits = w->type == DD_Q8 ? 8 : 4, per = 32 / bits;
+        uint32_t mask = (1u << bits) - 1;
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t word = dd_ld32(p + 4 * (i / per));
+            uint32_t q = (word >> (bits * (i % per))) & mask;
+            int64_t g = i / w->group;
+            /* w = scale*q + bias, in float32 as MLX dequantizes (two roundings, no fma) */
+            float s = load_sb(w->sb_type, sc, g), b = load_sb(w->sb_type, bi, g);
+            float sq = s * (float)q;
+            out[i] = sq + b;
+        }
+        break;
+    }
+    }
+}
+
+uint64_t dd_weight_bytes(const dd_weight *w) {
+    uint64_t b = (uint64_t)w->rows * w->row_bytes;
+    if (w->scales) b += 2 * (uint64_t)w->rows * w->sb_row_bytes;
+    return b;
+}
+
+/* ---- model bookkeeping ------------------------------------------------------------------------------------ */
+
+void *dd_model_own(dd_model *m, void *p) {
+    if (!p) return NULL;
+    if (m->nowned == m->cap_owned) {
+        int cap = m->cap_owned ? 2 * m->cap_owned : 64;
+        void **n = realloc(m->owned, (size_t)cap * sizeof *n);
+        if (!n) {
+            free(p);
+            return NULL;
+        }
+        m->owned = n;
+        m->cap_owned = cap;
+    }
+    m->owned[m->nowned++] = p;
+    return p;
+}
+
+void dd_model_free(dd_model *m) {
+    if (!m) return;
+    for (int i = 0; i < m->nmaps; i++) dd_st_close(&m->maps[i]);
+    free(m->maps);
+    for (int i = 0; i < m->nowned; i++) free(m->owned[i]);
+    free(m->owned);
+    free(m->layer);
+    free(m);
+}
+
+const dd_config *dd_model_config(const dd_model *m) { return &m->cfg; }
+int dd_model_tensor_count(const dd_model *m) { return m->tensor_count; }
+const char *dd_model_source(const dd_model *m) { return m->source; }
+
+uint64_t dd_model_weight_bytes(const dd_model *m) {
+    const dd_config *c = &m->cfg;
+    uint64_t b = dd_weight_bytes(&m->head0) + dd_weight_bytes(&m->in_proj) + dd_weight_bytes(&m->embed) +
+                 dd_weight_bytes(&m->heads);
+    for (int i = 0; i < c->layers; i++) {
+        const dd_layer *l = &m->layer[i];
+        b += dd_weight_bytes(&l->wq) + dd_weight_bytes(&l->wk) + dd_weight_bytes(&l->wv) + dd_weight_bytes(&l->wo) +
+             dd_weight_bytes(&l->fc1) + dd_weight_bytes(&l->up) + dd_weight_bytes(&l->fc2);
+    }
+    return b;
+}
+
+/* Per frame with c0 given: Q-1 passes each read every layer matrix once (for all rows of the batch) and one
+ * head slice; in_proj is read in pass 1 (for h) and, when code embeddings live in input space (CSM), once in
+ * every pass. Embedding rows and vectors are negligible and not counted. */
+uint64_t dd_model_weight_bytes_per_frame(const dd_model *m) {
+    const dd_config *c = &m->cfg;
+    uint64_t layers = 0;
+    for (int i = 0; i < c->layers; i++) {
+        const dd_layer *l = &m->layer[i];
+        layers += dd_weight_bytes(&l->wq) + dd_weight_bytes(&l->wk) + dd_weight_bytes(&l->wv) +
+                  dd_weight_bytes(&l->wo) + dd_weight_bytes(&l->fc1) + dd_weight_bytes(&l->up) +
+                  dd_weight_bytes(&l->fc2);
+    }
+    uint64_t passes = (uint64_t)c->levels - 1;
+    uint64_t head_slice = dd_weight_bytes(&m->heads) / passes;
+    uint64_t inp = dd_weight_bytes(&m->in_proj) * (c->embed_in_input_space ? passes : 1);
+    return passes * (layers + head_slice) + inp;
+}
+
+/* ---- loader ----------------------------------------------------------------------------------------------- */
+
+typedef struct loader {
+    dd_model *m;
+    const char *label; /* the MODEL argument, for messages */
+    int used;          /* tensors consumed */
+} loader;
+
+/* Find `name` in any mapped file; *file gets that file's path. */
+static const dd_st_tensor *find(loader *L, const char *name, const char **file) {
+    for (int i = 0; i < L->m->nmaps; i++) {
+        const dd_st_tensor *t = dd_st_find(&L->m->maps[i], name);
+        if (t) {
+            if (file) *file = L->m->maps[i].path;
+            return t;
+        }
+    }
+    return NULL;
+}
+
+static void shape_str(const dd_st_tensor *t, char *buf, size_t n) {
+    size_t k = 0;
+    k += (size_t)snprintf(buf + k, n - k, "[");
+    for (int i = 0; i < t->ndim && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+    if (k < n) snprintf(buf + k, n - k, "]");
+}
+
+static int dense_type(dd_st_dtype t, dd_dtype *out) {
+    switch (t) {
+    case DD_ST_F32: *out = DD_F32; return 1;
+    case DD_ST_F16: *out = DD_F16; return 1;
+    case DD_ST_BF16: *out = DD_BF16; return 1;
+    default: return 0;
+    }
+}
+
+/* Check t's shape equals dims[0..nd). */
+static dd_status want_shape(loader *L, const char *file, const dd_st_tensor *t, int nd, const int64_t *dims,
+                            dd_error *err) {
+    int ok = t->ndim == nd;
+    for (int i = 0; ok && i < nd; i++) ok = t->shape[i] == dims[i];
+    if (ok) return DD_OK;
+    char got[128], want[128];
+    shape_str(t, got, sizeof got);
+    dd_st_tensor tmp = {.ndim = nd};
+    for (int i = 0; i < nd; i++) tmp.shape[i] = dims[i];
+    shape_str(&tmp, want, sizeof want);
+    return dd_fail(err, DD_EMODEL, "%s: tensor '%s': shape %s, expected %s", file, t->name, got, want);
+}
+
+/* A vector of length n into owned float32. Absent: *out = NULL (error if required). */
+static dd_status load_vec(loader *L, const char *name, int64_t n, int required, float **out, dd_error *err) {
+    *out = NULL;
+    const char *file;
+    const dd_st_tensor *t = find(L, name, &file);
+    if (!t) return required ? dd_fail(err, DD_EMODEL, "%s: missing tensor '%s'", L->label, name) : DD_OK;
+    dd_dtype ty;
+    if (!dense_type(t->dtype, &ty))
+        return dd_fail(err, DD_EMODEL, "%s: tensor '%s': dtype %s (want F32, F16 or BF16)", file, name,
+                       dd_st_dtype_name(t->dtype));
+    dd_status s = want_shape(L, file, t, 1, &n, err);
+    if (s) return s;
+    float *v = dd_model_own(L->m, malloc((size_t)(n ? n : 1) * sizeof(float)));
+    if (!v) return dd_fail(err, DD_ENOMEM, "%s: out of memory for tensor '%s'", L->label, name);
+    dd_weight w = {.type = ty, .rows = 1, .cols = n, .data = t->data, .row_bytes = (size_t)n * dd_dtype_size(ty)};
+    dd_weight_row_f32(&w, 0, v);
+    L->used++;
+    *out = v;
+    return DD_OK;
+}
+
+/* A matrix [rows, cols], or a stack [nstack, rows, cols] when nstack > 0 (viewed as nstack*rows rows).
+ * `wname` ends in ".weight"; an MLX-quantized matrix has `prefix.scales` and `prefix.biases` beside it. */
+static dd_status load_mat(loader *L, const char *wname, int64_t nstack, int64_t rows, int64_t cols, int required,
+                          dd_weight *w, dd_error *err) {
+    memset(w, 0, sizeof *w);
+    const char *file;
+    const dd_st_tensor *t = find(L, wname, &file);
+    if (!t) return required ? dd_fail(err, DD_EMODEL, "%s: missing tensor '%s'", L->label, wname) : DD_OK;
+    char prefix[256], sname[300], bname[300];
+    size_t len = strlen(wname);
+    if (len >= sizeof prefix) return dd_fail(err, DD_EMODEL, "%s: tensor name too long", L->label);
+    memcpy(prefix, wname, len + 1);
+    if (len > 7 && strcmp(prefix + len - 7, ".weight") == 0) prefix[len - 7] = 0;
+    snprintf(sname, sizeof sname, "%s.scales", prefix);
+    snprintf(bname, sizeof bname, "%s.biases", prefix);
+    const char *sfile, *bfile;
+    const dd_st_tensor *ts = find(L, sname, &sfile), *tb = find(L, bname, &bfile);
+    int64_t dims[3];
+    int nd = 0;
+    if (nstack > 0) dims[nd++] = nstack;
+    dims[nd++] = rows;
+    int64_t nrows = (nstack > 0 ? nstack : 1) * rows;
+    dd_status s;
+    if (!ts) {
+        if (tb) return dd_fail(err, DD_EMODEL, "%s: tensor '%s' without '%s'", bfile, bname, sname);
+        dd_dtype ty;
+        if (!dense_type(t->dtype, &ty))
+            return dd_fail(err, DD_EMODEL, "%s: tensor '%s': dtype %s (want F32, F16 or BF16, or U32 with .scales)",
+                           file, wname, dd_st_dtype_name(t->dtype));
+        dims[nd] = cols;
+        if ((s = want_shape(L, file, t, nd + 1, dims, err))) return s;
+        *w = (dd_weight){.type = ty, .rows = nrows, .cols = cols, .data = t->data,
+                         .row_bytes = (size_t)cols * dd_dtype_size(ty)};
+        L->used++;
+        return DD_OK;
+    }
+    /* MLX affine: weight U32 [.., rows, cols*bits/32], scales/biases [.., rows, cols/group] */
+    if (!tb) return dd_fail(err, DD_EMODEL, "%s: tensor '%s' without '%s'", sfile, sname, bname);
+    if (t->dtype != DD_ST_U32)
+        return dd_fail(err, DD_EMODEL, "%s: quantized tensor '%s': dtype %s (want U32)", file, wname,
+                       dd_st_dtype_name(t->dtype));
+    dd_dtype sbt;
+    if (!dense_type(ts->dtype, &sbt) || tb->dtype != ts->dtype)
+        return dd_fail(err, DD_EMODEL, "%s: '%s' and '%s' must share one dtype of F32, F16, BF16 (got %s, %s)", sfile,
+                       sname, bname, dd_st_dtype_name(ts->dtype), dd_st_dtype_name(tb->dtype));
+    if (t->ndim != nd + 1 || ts->ndim != nd + 1)
+        return dd_fail(err, DD_EMODEL, "%s: quantized tensor '%s': %d dims, expected %d", file, wname, t->ndim, nd + 1);
+    int64_t words = t->shape[nd], ngroups = ts->shape[nd];
+    int bits = 0;
+    if (words * 32 == cols * 8) bits = 8;
+    else if (words * 32 == cols * 4) bits = 4;
+    if (!bits)
+        return dd_fail(err, DD_EMODEL,
+                       "%s: quantized tensor '%s': %lld u32 words per row do not pack %lld values at 8 or 4 bits", file,
+                       wname, (long long)words, (long long)cols);
+    if (ngroups <= 0 || cols % ngroups)
+        return dd_fail(err, DD_EMODEL, "%s: '%s': %lld groups do not divide %lld columns", sfile, sname,
+                       (long long)ngroups, (long long)cols);
+    int group = (int)(cols / ngroups);
+    if (group != 32 && group != 64 && group != 128)
+        return dd_fail(err, DD_EMODEL, "%s: '%s': group size %d (want 32, 64 or 128)", sfile, sname, group);
+    dd_config *c = &L->m->cfg;
+    if (c->quant_bits && (c->quant_bits != bits || c->quant_group != group))
+        return dd_fail(err, DD_EMODEL, "%s: '%s' is %d-bit with group %d, but the config says %d-bit group %d", file,
+                       wname, bits, group, c->quant_bits, c->quant_group);
+    dims[nd] = words;
+    if ((s = want_shape(L, file, t, nd + 1, dims, err))) return s;
+    dims[nd] = ngroups;
+    if ((s = want_shape(L, sfile, ts, nd + 1, dims, err))) return s;
+    if ((s = want_shape(L, bfile, tb, nd + 1, dims, err))) return s;
+    *w = (dd_weight){.type = bits == 8 ? DD_Q8 : DD_Q4, .rows = nrows, .cols = cols, .data = t->data,
+                     .row_bytes = (size_t)words * 4, .scales = ts->data, .biases = tb->data, .sb_type = sbt,
+                     .group = group, .sb_row_bytes = (size_t)ngroups * dd_dtype_size(sbt)};
+    L->used += 3;
+    return DD_OK;
+}
+
+/* RoPE inverse frequencies in double, with HF's llama3 scaling when configured. */
+static dd_status rope_init(loader *L, dd_error *err) {
+    dd_config *c = &L->m->cfg;
+    int half = c->head_dim / 2;
+    double *f = dd_model_own(L->m, malloc((size_t)half * sizeof(double)));
+    if (!f) return dd_fail(err, DD_ENOMEM, "%s: out of memory", L->label);
+    for (int j = 0; j < half; j++) {
+        double inv = 1.0 / pow(c->rope_theta, (2.0 * j) / c->head_dim);
+        if (c->rope_scaling) {
+            double lo_wl = c->rope_original_max_pos / c->rope_low_freq_factor;
+            double hi_wl = c->rope_original_max_pos / c->rope_high_freq_factor;
+            double wl = 2 * M_PI / inv;
+            if (wl > lo_wl) inv = inv / c->rope_factor;
+            else if (wl >= hi_wl) {
+                double sm = (c->rope_original_max_pos / wl - c->rope_low_freq_factor) /
+                            (c->rope_high_freq_factor - c->rope_low_freq_factor);
+                inv = (1 - sm) * inv / c->rope_factor + sm * inv;
+            }
+        }
+        f[j] = inv;
+    }
+    L->m->rope_inv_freq = f;
+    return DD_OK;
+}
+
+static dd_status load_native_tensors(loader *L, dd_error *err) {
+    dd_model *m = L->m;
+    dd_config *c = &m->cfg;
+    int64_t D = c->dim, V = c->codebook_size, Q = c->levels, H = c->heads, KV = c->kv_heads, HD = c->head_dim,
+            F = c->ffn_dim, I = c->input_dim;
+    int gpt = c->block == DD_BLOCK_GPT;
+    dd_status s;
+    char n1[128], n2[128];
+    if ((s = load_mat(L, "head0.weight", 0, V, I, 0, &m->head0, err)) ||
+        (s = load_mat(L, "in_proj.weight", 0, D, I, 0, &m->in_proj, err)) ||
+        (s = load_vec(L, "in_proj.bias", D, 0, &m->in_bias, err)) ||
+        (s = load_mat(L, "embed.weight", Q - 1, V, D, 1, &m->embed, err)) ||
+        (s = load_vec(L, "norm.weight", D, 1, &m->norm_w, err)) ||
+        (s = load_vec(L, "norm.bias", D, gpt, &m->norm_b, err)) ||
+        (s = load_mat(L, "heads.weight", Q - 1, V, D, 1, &m->heads, err)))
+        return s;
+    const char *file;
+    const dd_st_tensor *pt = find(L, "pos.weight", &file);
+    if (pt) {
+        dd_dtype ty;
+        int64_t dims[2] = {Q, D};
+        if (!dense_type(pt->dtype, &ty))
+            return dd_fail(err, DD_EMODEL, "%s: tensor 'pos.weight': dtype %s (want F32, F16 or BF16)", file,
+                           dd_st_dtype_name(pt->dtype));
+        if ((s = want_shape(L, file, pt, 2, dims, err))) return s;
+        m->pos = dd_model_own(m, malloc((size_t)(Q * D) * sizeof(float)));
+        if (!m->pos) return dd_fail(err, DD_ENOMEM, "%s: out of memory", L->label);
+        dd_weight w = {.type = ty, .rows = Q, .cols = D, .data = pt->data, .row_bytes = (size_t)D * dd_dtype_size(ty)};
+        for (int64_t p = 0; p < Q; p++) dd_weight_row_f32(&w, p, m->pos + p * D);
+        L->used++;
+    }
+    for (int i = 0; i < c->layers; i++) {
+        dd_layer *l = &m->layer[i];
+#define NM(buf, fmt) (snprintf(buf, sizeof buf, "layers.%d." fmt, i), buf)
+        dd_weight qkv, fc1;
+        float *bqkv, *b1;
+        if ((s = load_vec(L, NM(n1, "norm1.weight"), D, 1, &l->norm1_w, err)) ||
+            (s = load_vec(L, NM(n2, "norm1.bias"), D, gpt, &l->norm1_b, err)) ||
+            (s = load_vec(L, NM(n1, "norm2.weight"), D, 1, &l->norm2_w, err)) ||
+            (s = load_vec(L, NM(n2, "norm2.bias"), D, gpt, &l->norm2_b, err)) ||
+            (s = load_mat(L, NM(n1, "qkv.weight"), 0, (H + 2 * KV) * HD, D, 1, &qkv, err)) ||
+            (s = load_vec(L, NM(n2, "qkv.bias"), (H + 2 * KV) * HD, 0, &bqkv, err)) ||
+            (s = load_mat(L, NM(n1, "out.weight"), 0, D, H * HD, 1, &l->wo, err)) ||
+            (s = load_vec(L, NM(n2, "out.bias"), D, 0, &l->bo, err)) ||
+            (s = load_mat(L, NM(n1, "fc1.weight"), 0, gpt ? F : 2 * F, D, 1, &fc1, err)) ||
+            (s = load_vec(L, NM(n2, "fc1.bias"), gpt ? F : 2 * F, 0, &b1, err)) ||
+            (s = load_mat(L, NM(n1, "fc2.weight"), 0, D, F, 1, &l->fc2, err)) ||
+            (s = load_vec(L, NM(n2, "fc2.bias"), D, 0, &l->b2, err)))
+            return s;
+#undef NM
+        if (!gpt && (l->norm1_b || l->norm2_b))
+            return dd_fail(err, DD_EMODEL, "%s: layers.%d: norm biases given for a llama block (RMSNorm has none)",
+                           L->label, i);
+        if (!gpt && b1) return dd_fail(err, DD_EMODEL, "%s: layers.%d.fc1.bias: llama blocks take no MLP biases",
+                                       L->label, i);
+        l->wq = dd_weight_rows(&qkv, 0, H * HD);
+        l->wk = dd_weight_rows(&qkv, H * HD, KV * HD);
+        l->wv = dd_weight_rows(&qkv, (H + KV) * HD, KV * HD);
+        if (bqkv) {
+            l->bq = bqkv;
+            l->bk = bqkv + H * HD;
+            l->bv = bqkv + (H + KV) * HD;
+        }
+        if (gpt) {
+            l->fc1 = fc1;
+            l->b1 = b1;
+        } else {
+            l->fc1 = dd_weight_rows(&fc1, 0, F);
+            l->up = dd_weight_rows(&fc1, F, F);
+        }
+    }
+    if (!gpt && m->norm_b) return dd_fail(err, DD_EMODEL, "%s: norm.bias given for a llama model", L->label);
+    if (!gpt && m->pos) return dd_fail(err, DD_EMODEL, "%s: pos.weight given for a llama model", L->label);
+    return DD_OK;
+}
+
+static dd_status load_csm_tensors(loader *L, dd_error *err) {
+    dd_model *m = L->m;
+    dd_config *c = &m->cfg;
+    int64_t D = c->dim, V = c->codebook_size, Q = c->levels, H = c->heads, KV = c->kv_heads, HD = c->head_dim,
+            F = c->ffn_dim, I = c->input_dim;
+    dd_status s;
+    c->embed_in_input_space = 1;
+    const char *emb = "backbone_model.embed_tokens.embed_audio_tokens.weight";
+    if (!find(L, emb, NULL)) emb = "depth_decoder.model.embed_tokens.weight";
+    if (!find(L, emb, NULL))
+        return dd_fail(err, DD_EMODEL,
+                       "%s: missing the audio code table (backbone_model.embed_tokens.embed_audio_tokens.weight or "
+                       "depth_decoder.model.embed_tokens.weight)",
+                       L->label);
+    if ((s = load_mat(L, "lm_head.weight", 0, V, I, 0, &m->head0, err)) ||
+        (s = load_mat(L, "depth_decoder.model.inputs_embeds_projector.weight", 0, D, I, 1, &m->in_proj, err)) ||
+        (s = load_mat(L, emb, 0, Q * V, I, 1, &m->embed, err)) ||
+        (s = load_vec(L, "depth_decoder.model.norm.weight", D, 1, &m->norm_w, err)))
+        return s;
+    /* codebooks_head [Q-1, D, V] is stored input-major; transpose once at load into [Q-1, V, D] rows so every
+     * backend sees y = W x. The values (and so the rounding) are unchanged. */
+    const char *hn = "depth_decoder.codebooks_head.weight", *file;
+    const dd_st_tensor *ht = find(L, hn, &file);
+    if (!ht) return dd_fail(err, DD_EMODEL, "%s: missing tensor '%s'", L->label, hn);
+    if (find(L, "depth_decoder.codebooks_head.scales", NULL))
+        return dd_fail(err, DD_EUNSUPPORTED, "%s: quantized '%s' (input-major) is not supported", file, hn);
+    dd_dtype ty;
+    if (!dense_type(ht->dtype, &ty))
+        return dd_fail(err, DD_EMODEL, "%s: tensor '%s': dtype %s (want F32, F16 or BF16)", file, hn,
+                       dd_st_dtype_name(ht->dtype));
+    int64_t hd[3] = {Q - 1, D, V};
+    if ((s = want_shape(L, file, ht, 3, hd, err))) return s;
+    size_t es = dd_dtype_size(ty);
+    uint8_t *tr = dd_model_own(m, malloc((size_t)((Q - 1) * V * D) * es));
+    if (!tr) return dd_fail(err, DD_ENOMEM, "%s: out of memory transposing '%s'", L->label, hn);
+    for (int64_t l = 0; l < Q - 1; l++)
+        for (int64_t d = 0; d < D; d++)
+            for (int64_t v = 0; v < V; v++)
+                memcpy(tr + ((l * V + v) * D + d) * es, ht->data + ((l * D + d) * V + v) * es, es);
+    m->heads = (dd_weight){.type = ty, .rows = (Q - 1) * V, .cols = D, .data = tr, .row_bytes = (size_t)D * es};
+    L->used++;
+    char n1[160], n2[160];
+    for (int i = 0; i < c->layers; i++) {
+        dd_layer *l = &m->layer[i];
+#define NM(buf, fmt) (snprintf(buf, sizeof buf, "depth_decoder.model.layers.%d." fmt, i), buf)
+        if ((s = load_vec(L, NM(n1, "input_layernorm.weight"), D, 1, &l->norm1_w, err)) ||
+            (s = load_vec(L, NM(n1, "post_attention_layernorm.weight"), D, 1, &l->norm2_w, err)) ||
+            (s = load_mat(L, NM(n1, "self_attn.q_proj.weight"), 0, H * HD, D, 1, &l->wq, err)) ||
+            (s = load_mat(L, NM(n1, "self_attn.k_proj.weight"), 0, KV * HD, D, 1, &l->wk, err)) ||
+            (s = load_mat(L, NM(n1, "self_attn.v_proj.weight"), 0, KV * HD, D, 1, &l->wv, err)) ||
+            (s = load_mat(L, NM(n1, "self_attn.o_proj.weight"), 0, D, H * HD, 1, &l->wo, err)) ||
+            (s = load_vec(L, NM(n2, "self_attn.q_proj.bias"), H * HD, 0, &l->bq, err)) ||
+            (s = load_vec(L, NM(n2, "self_attn.k_proj.bias"), KV * HD, 0, &l->bk, err)) ||
+            (s = load_vec(L, NM(n2, "self_attn.v_proj.bias"), KV * HD, 0, &l->bv, err)) ||
+            (s = load_vec(L, NM(n2, "self_attn.o_proj.bias"), D, 0, &l->bo, err)) ||
+            (s = load_mat(L, NM(n1, "mlp.gate_proj.weight"), 0, F, D, 1, &l->fc1, err)) ||
+            (s = load_mat(L, NM(n1, "mlp.up_proj.weight"), 0, F, D, 1, &l->up, err)) ||
+            (s = load_mat(L, NM(n1, "mlp.down_proj.weight"), 0, D, F, 1, &l->fc2, err)))
+            return s;
+#undef NM
+        if ((l->bq != NULL) != (l->bk != NULL) || (l->bq != NULL) != (l->bv != NULL))
+            return dd_fail(err, DD_EMODEL, "%s: layer %d: q/k/v biases must all be present or all absent", L->label, i);
+    }
+    return DD_OK;
+}
+
+/* Every layer matrix must share one storage type (backends dispatch once per model). */
+static dd_status check_types(loader *L, dd_error *err) {
+    dd_model *m = L->m;
+    dd_config *c = &m->cfg;
+    c->has_head0 = m->head0.rows > 0;
+    c->has_in_proj = m->in_proj.rows > 0;
+    c->has_pos = m->pos != NULL;
+    if (!c->has_in_proj && c->input_dim != c->dim)
+        return dd_fail(err, DD_EMODEL, "%s: no in_proj but input_dim %d != dim %d", L->label, c->input_dim, c->dim);
+    c->weight_type = m->layer[0].wq.type;
+    for (int i = 0; i < c->layers; i++) {
+        const dd_layer *l = &m->layer[i];
+        const dd_weight *ws[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->fc1, &l->fc2};
+        for (size_t k = 0; k < sizeof ws / sizeof *ws; k++) {
+            if (ws[k]->type == DD_Q8 || ws[k]->type == DD_Q4) {
+                c->quant_bits = ws[k]->type == DD_Q8 ? 8 : 4;
+                c->quant_group = ws[k]->group;
+            }
+        }
+    }
+    return DD_OK;
+}
+
+static int is_dir(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+static int is_file(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static dd_status add_map(dd_model *m, const char *path, dd_error *err) {
+    dd_st_file *n = realloc(m->maps, (size_t)(m->nmaps + 1) * sizeof *n);
+    if (!n) return dd_fail(err, DD_ENOMEM, "%s: out of memory", path);
+    m->maps = n;
+    dd_status s = dd_st_open(&m->maps[m->nmaps], path, err);
+    if (s) return s;
+    m->nmaps++;
+    return DD_OK;
+}
+
+static json_t *load_json(const char *path, dd_error *err) {
+    json_error_t je;
+    json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!j) {
+        if (!is_file(path)) dd_fail(err, DD_EIO, "%s: %s", path, strerror(ENOENT));
+        else dd_fail(err, DD_EMODEL, "%s: JSON: %s (line %d)", path, je.text, je.line);
+    }
+    return j;
+}
+
+/* HF directory: config.json + model.safetensors, or model.safetensors.index.json listing shards. */
+static dd_status open_hf_dir(dd_model *m, const char *dir, dd_error *err) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    json_t *cj = load_json(path, err);
+    if (!cj) return err ? err->code : DD_EIO;
+    dd_status s = dd_config_parse_csm(path, cj, &m->cfg, err);
+    json_decref(cj);
+    if (s) return s;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (is_file(path)) return add_map(m, path, err);
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    json_t *ij = load_json(path, err);
+    if (!ij) return dd_fail(err, DD_EIO, "%s: neither model.safetensors nor model.safetensors.index.json found", dir);
+    json_t *wm = json_object_get(ij, "weight_map");
+    if (!json_is_object(wm)) {
+        json_decref(ij);
+        return dd_fail(err, DD_EMODEL, "%s: \"weight_map\" is not an object", path);
+    }
+    const char *key;
+    json_t *v;
+    s = DD_OK;
+    json_object_foreach(wm, key, v) {
+        const char *shard = json_string_value(v);
+        if (!shard || strchr(shard, '/') || strcmp(shard, "..") == 0 || !*shard) {
+            s = dd_fail(err, DD_EMODEL, "%s: weight_map['%s']: shard must be a plain file name", path, key);
+            break;
+        }
+        char sp[1200];
+        snprintf(sp, sizeof sp, "%s/%s", dir, shard);
+        int seen = 0;
+        for (int i = 0; i < m->nmaps && !seen; i++) seen = strcmp(m->maps[i].path, sp) == 0;
+        if (!seen && (s = add_map(m, sp, err))) break;
+    }
+    json_decref(ij);
+    if (s) return s;
+    if (m->nmaps == 0) return dd_fail(err, DD_EMODEL, "%s: weight_map lists no shards", path);
+    /* a tensor name in two shards is ambiguous */
+    for (int i = 0; i < m->nmaps; i++)
+        for (int k = 0; k < m->maps[i].n; k++)
+            for (int j = i + 1; j < m->nmaps; j++)
+                if (dd_st_find(&m->maps[j], m->maps[i].t[k].name))
+                    return dd_fail(err, DD_EFORMAT, "%s and %s: tensor '%s' appears in both shards", m->maps[i].path,
+                                   m->maps[j].path, m->maps[i].t[k].name);
+    return DD_OK;
+}
+
+/* Native file: config from __metadata__["depthdec.config"], else config.json beside the file. */
+static dd_status open_native(dd_model *m, const char *path, dd_error *err) {
+    dd_status s = add_map(m, path, err);
+    if (s) return s;
+    const char *meta = dd_st_meta(&m->maps[0], "depthdec.config");
+    json_t *cj;
+    char src[1200];
+    if (meta) {
+        json_error_t je;
+        snprintf(src, sizeof src, "%s: __metadata__[depthdec.config]", path);
+        cj = json_loads(meta, JSON_REJECT_DUPLICATES, &je);
+        if (!cj) return dd_fail(err, DD_EMODEL, "%s: JSON: %s", src, je.text);
+    } else {
+        const char *slash = strrchr(path, '/');
+        int dl = slash ? (int)(slash - path) : 1;
+        snprintf(src, sizeof src, "%.*s/config.json", dl, slash ? path : ".");
+        if (!is_file(src))
+            return dd_fail(err, DD_EMODEL, "%s: no __metadata__[\"depthdec.config\"] and no %s beside it", path, src);
+        cj = load_json(src, err);
+        if (!cj) return err ? err->code : DD_EMODEL;
+    }
+    s = dd_config_parse_native(src, cj, &m->cfg, err);
+    json_decref(cj);
+    return s;
+}
+
+/* Resolve tensors of an opened model (maps + cfg set). Shared with the in-memory synthetic models. */
+dd_status dd_model_load_from_maps(dd_model *m, const char *label, int csm, dd_error *err) {
+    loader L = {.m = m, .label = label};
+    m->layer = calloc((size_t)m->cfg.layers, sizeof *m->layer);
+    if (!m->layer) return dd_fail(err, DD_ENOMEM, "%s: out of memory", label);
+    dd_status s = csm ? load_csm_tensors(&L, err) : load_native_tensors(&L, err);
+    if (!s) s = check_types(&L, err);
+    if (!s && m->cfg.has_rope) s = rope_init(&L, err);
+    if (!s && m->cfg.block == DD_BLOCK_GPT && m->cfg.has_rope)
+        s = dd_fail(err, DD_EMODEL, "%s: RoPE given for a gpt block (gpt uses learned positions)", label);
+    m->tensor_count = L.used;
+    return s;
+}
+
+dd_status dd_model_load(dd_model **out, const char *path, dd_error *err) {
+    dd_error_clear(err);
+    if (!out) return dd_fail(err, DD_EINVAL, "dd_model_load: out is NULL");
+    *out = NULL;
+    if (!path || !*path) return dd_fail(err, DD_EINVAL, "dd_model_load: empty model path");
+    dd_model *m = calloc(1, sizeof *m);
+    if (!m) return dd_fail(err, DD_ENOMEM, "%s: out of memory", path);
+    snprintf(m->source, sizeof m->source, "%s", path);
+    int csm = is_dir(path);
+    dd_status s = csm ? open_hf_dir(m, path, err) : open_native(m, path, err);
+    if (!s) s = dd_model_load_from_maps(m, path, csm, err);
+    if (s) {
+        dd_model_free(m);
+        return s;
+    }
+    *out = m;
+    return DD_OK;
+}
+
+/* A native model held in one image (every synthetic model, and a native file) is saved byte for byte. */
+dd_status dd_model_save(const dd_model *m, const char *path, dd_error *err) {
+    dd_error_clear(err);
+    if (!m || !path) return dd_fail(err, DD_EINVAL, "dd_model_save: NULL argument");
+    if (m->nmaps != 1 || m->cfg.embed_in_input_space)
+        return dd_fail(err, DD_EUNSUPPORTED, "%s: only single-file native models can be saved", m->source);
+    return dd_write_file_atomic(path, m->maps[0].map, m->maps[0].size, err);
+}

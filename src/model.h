@@ -1,0 +1,88 @@
+/* Internal view of a loaded model: every weight as a typed, row-sliceable matrix view into mapped (or owned)
+ * memory. Backends read weights only through these views. */
+#ifndef DD_MODEL_H
+#define DD_MODEL_H
+
+#include "depthdec.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Hard bounds on what a config may ask for (a hostile header must not trigger a huge allocation). */
+#define DD_MAX_LEVELS 64
+#define DD_MAX_VOCAB 65536
+#define DD_MAX_DIM 16384
+#define DD_MAX_FFN 65536
+#define DD_MAX_LAYERS 64
+#define DD_MAX_HEADS 256
+#define DD_MAX_HEAD_DIM 512
+#define DD_MAX_BATCH 4096
+
+/* A matrix W (rows, cols), row-major, y = W x. Dense rows are `cols` elements of `type`; an MLX affine row is
+ * cols*bits/32 u32 words plus cols/group scales and biases of `sb_type` (F32/F16/BF16). Pointers may be
+ * misaligned: read through memcpy (dd_ld16/dd_ld32). */
+typedef struct dd_weight {
+    dd_dtype type;
+    int64_t rows, cols;
+    const uint8_t *data;
+    size_t row_bytes; /* bytes per row of data */
+    const uint8_t *scales, *biases;
+    dd_dtype sb_type;
+    int group;
+    size_t sb_row_bytes; /* bytes per row of scales (and of biases) */
+} dd_weight;
+
+/* Rows [r0, r0+n) of w as a view (no copy). */
+dd_weight dd_weight_rows(const dd_weight *w, int64_t r0, int64_t n);
+/* Row r of w dequantized/converted to float32 (out has w->cols elements). */
+void dd_weight_row_f32(const dd_weight *w, int64_t r, float *out);
+/* Bytes of w as stored (data + scales + biases). */
+uint64_t dd_weight_bytes(const dd_weight *w);
+/* Element size in bytes of a dense type (0 for quantized). */
+size_t dd_dtype_size(dd_dtype t);
+
+typedef struct dd_layer {
+    float *norm1_w, *norm1_b, *norm2_w, *norm2_b; /* [D]; biases only for gpt (NULL for llama) */
+    dd_weight wq, wk, wv;                         /* [H*HD, D], [KVH*HD, D], [KVH*HD, D] */
+    float *bq, *bk, *bv;                          /* optional biases (gpt), else NULL */
+    dd_weight wo;                                 /* [D, H*HD] */
+    float *bo;
+    dd_weight fc1;                                /* gpt: [F, D]; llama: gate rows [F, D] */
+    dd_weight up;                                 /* llama: up rows [F, D]; gpt: unused (type/rows 0) */
+    float *b1;                                    /* gpt fc1 bias [F] or NULL */
+    dd_weight fc2;                                /* [D, F] */
+    float *b2;
+} dd_layer;
+
+struct dd_model {
+    dd_config cfg;
+    char source[512];
+    int tensor_count;
+
+    dd_weight head0;   /* [V, input_dim], rows 0 when absent */
+    dd_weight in_proj; /* [D, input_dim], rows 0 when absent */
+    float *in_bias;    /* [D] or NULL */
+    dd_weight embed;   /* native: [(Q-1)*V, D] (level j at rows j*V); CSM: [Q*V, input_dim] flat table */
+    float *pos;        /* [Q, D] f32 copy, or NULL */
+    dd_layer *layer;   /* [L] */
+    float *norm_w, *norm_b; /* final norm [D]; bias gpt only */
+    dd_weight heads;   /* [(Q-1)*V, D]: head of level l at rows (l-1)*V */
+
+    /* llama: RoPE inverse frequencies (HD/2), computed in double at load */
+    double *rope_inv_freq;
+
+    /* memory: mapped files and owned buffers, released by dd_model_free */
+    struct dd_st_file *maps; /* [nmaps] */
+    int nmaps;
+    void **owned;
+    int nowned, cap_owned;
+};
+
+/* Remember p for release by dd_model_free; returns p, or NULL (and frees p) if bookkeeping fails. */
+void *dd_model_own(dd_model *m, void *p);
+
+/* Resolve the tensors of a model whose files are mapped (m->maps) and whose config is parsed (m->cfg).
+ * csm: HF CSM names, else native names. Used by dd_model_load and by the synthetic models. */
+dd_status dd_model_load_from_maps(dd_model *m, const char *label, int csm, dd_error *err);
+
+#endif

@@ -1,0 +1,269 @@
+/* Embedded synthetic models: deterministic weights built in memory as a native-layout safetensors image, then
+ * loaded through the same parser and name map as a file (so a synthetic model is exactly what dd_model_save
+ * writes). Weights come from splitmix64 through exact float operations only (no libm), so every machine builds
+ * bit-identical models. Scales keep activations O(1): fan-in scaled uniform weights, norms near 1. */
+#include "config.h"
+#include "model.h"
+#include "quant.h"
+#include "safetensors.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+typedef struct synth_dims {
+    const char *name;
+    int llama;
+    int Q, V, I, D, L, H, KV, HD, F;
+    double theta; /* llama only */
+    int scaling;
+} synth_dims;
+
+static const synth_dims kinds[] = {
+    {"gpt", 0, 32, 2048, 2048, 1024, 4, 16, 16, 64, 4096, 0, 0},
+    {"csm", 1, 32, 2051, 2048, 1024, 4, 8, 2, 128, 8192, 500000.0, 1},
+    {"tiny-gpt", 0, 8, 64, 128, 64, 2, 4, 4, 16, 256, 0, 0},
+    {"tiny-llama", 1, 8, 64, 128, 64, 2, 4, 2, 16, 128, 500000.0, 1},
+};
+
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+/* uniform in [-a, a) from the top 24 bits: exact float arithmetic */
+static float unif(uint64_t *s, float a) { return ((float)(splitmix(s) >> 40) * 0x1p-23f - 1.0f) * a; }
+
+typedef struct builder {
+    dd_st_out *t;
+    int n, cap;
+    void **bufs;
+    int nbufs;
+    dd_dtype wt; /* matrix storage */
+    uint64_t seed;
+    dd_error *err;
+    int failed;
+} builder;
+
+static void *bmalloc(builder *b, size_t n) {
+    void *p = malloc(n ? n : 1);
+    void **nb = p ? realloc(b->bufs, (size_t)(b->nbufs + 1) * sizeof *nb) : NULL;
+    if (!p || !nb) {
+        free(p);
+        if (!b->failed) dd_fail(b->err, DD_ENOMEM, "synthetic model: out of memory (%zu bytes)", n);
+        b->failed = 1;
+        return NULL;
+    }
+    b->bufs = nb;
+    b->bufs[b->nbufs++] = p;
+    return p;
+}
+
+static void add(builder *b, const char *name, dd_st_dtype dt, int nd, const int64_t *shape, const void *data) {
+    if (b->failed) return;
+    if (b->n == b->cap) {
+        int cap = b->cap ? 2 * b->cap : 64;
+        dd_st_out *nt = realloc(b->t, (size_t)cap * sizeof *nt);
+        if (!nt) {
+            dd_fail(b->err, DD_ENOMEM, "synthetic model: out of memory");
+            b->failed = 1;
+            return;
+        }
+        b->t = nt;
+        b->cap = cap;
+    }
+    dd_st_out *o = &b->t[b->n++];
+    memset(o, 0, sizeof *o);
+    snprintf(o->name, sizeof o->name, "%s", name);
+    o->dtype = dt;
+    o->ndim = nd;
+    for (int i = 0; i < nd; i++) o->shape[i] = shape[i];
+    o->data = data;
+}
+
+/* Fill n floats: center + uniform(-a, a), each tensor from its own stream so adding one changes no other. */
+static float *gen(builder *b, size_t n, float center, float a) {
+    float *x = malloc(n * sizeof *x);
+    if (!x) {
+        if (!b->failed) dd_fail(b->err, DD_ENOMEM, "synthetic model: out of memory");
+        b->failed = 1;
+        return NULL;
+    }
+    uint64_t s = b->seed ^ (0x1234567ull * (uint64_t)(b->n + 1));
+    for (size_t i = 0; i < n; i++) x[i] = center + unif(&s, a);
+    return x;
+}
+
+/* Store float values x (freed here) as a tensor of dense type t. */
+static void put_dense(builder *b, const char *name, int nd, const int64_t *shape, float *x, size_t n, dd_dtype t) {
+    if (b->failed || !x) {
+        free(x);
+        return;
+    }
+    if (t == DD_F32) {
+        void **nb = realloc(b->bufs, (size_t)(b->nbufs + 1) * sizeof *nb);
+        if (!nb) {
+            free(x);
+            dd_fail(b->err, DD_ENOMEM, "synthetic model: out of memory");
+            b->failed = 1;
+            return;
+        }
+        b->bufs = nb;
+        b->bufs[b->nbufs++] = x;
+        add(b, name, DD_ST_F32, nd, shape, x);
+        return;
+    }
+    uint16_t *h = bmalloc(b, n * 2);
+    if (h)
+        for (size_t i = 0; i < n; i++) h[i] = t == DD_F16 ? dd_f32_to_f16(x[i]) : dd_f32_to_bf16(x[i]);
+    free(x);
+    add(b, name, t == DD_F16 ? DD_ST_F16 : DD_ST_BF16, nd, shape, h);
+}
+
+/* A matrix `base`.weight of shape [..rows, cols] in the builder's storage type (q8/q4: MLX affine, group 64,
+ * f16 scales and biases). */
+static void put_mat(builder *b, const char *base, int nd, const int64_t *shape, float a) {
+    size_t rows = 1;
+    for (int i = 0; i < nd - 1; i++) rows *= (size_t)shape[i];
+    int64_t K = shape[nd - 1];
+    float *x = gen(b, rows * (size_t)K, 0.0f, a);
+    char name[160];
+    snprintf(name, sizeof name, "%s.weight", base);
+    if (b->wt != DD_Q8 && b->wt != DD_Q4) {
+        put_dense(b, name, nd, shape, x, rows * (size_t)K, b->wt);
+        return;
+    }
+    if (!x) return;
+    int bits = b->wt == DD_Q8 ? 8 : 4, group = 64;
+    int64_t words = K * bits / 32, ng = K / group;
+    uint32_t *q = bmalloc(b, rows * (size_t)words * 4);
+    uint16_t *sc = bmalloc(b, rows * (size_t)ng * 2), *bi = bmalloc(b, rows * (size_t)ng * 2);
+    float *fs = malloc((size_t)ng * 4), *fb = malloc((size_t)ng * 4);
+    if (q && sc && bi && fs && fb) {
+        for (size_t r = 0; r < rows; r++) {
+            dd_quantize_row(x + r * K, K, bits, group, q + r * words, fs, fb);
+            for (int64_t g = 0; g < ng; g++) {
+                sc[r * ng + g] = dd_f32_to_f16(fs[g]);
+                bi[r * ng + g] = dd_f32_to_f16(fb[g]);
+            }
+        }
+    } else if (!b->failed) {
+        dd_fail(b->err, DD_ENOMEM, "synthetic model: out of memory");
+        b->failed = 1;
+    }
+    free(fs);
+    free(fb);
+    free(x);
+    int64_t sh[8];
+    memcpy(sh, shape, (size_t)nd * sizeof *sh);
+    sh[nd - 1] = words;
+    add(b, name, DD_ST_U32, nd, sh, q);
+    sh[nd - 1] = ng;
+    snprintf(name, sizeof name, "%s.scales", base);
+    add(b, name, DD_ST_F16, nd, sh, sc);
+    snprintf(name, sizeof name, "%s.biases", base);
+    add(b, name, DD_ST_F16, nd, sh, bi);
+}
+
+static void put_vec(builder *b, const char *name, int64_t n, float center, float a, dd_dtype t) {
+    put_dense(b, name, 1, &n, gen(b, (size_t)n, center, a), (size_t)n, t == DD_Q8 || t == DD_Q4 ? DD_F16 : t);
+}
+
+dd_status dd_model_synthetic(dd_model **out, const char *kind, dd_dtype wt, uint64_t seed, dd_error *err) {
+    dd_error_clear(err);
+    if (!out) return dd_fail(err, DD_EINVAL, "dd_model_synthetic: out is NULL");
+    *out = NULL;
+    const synth_dims *k = NULL;
+    for (size_t i = 0; kind && i < sizeof kinds / sizeof *kinds; i++)
+        if (strcmp(kind, kinds[i].name) == 0) k = &kinds[i];
+    if (!k) return dd_fail(err, DD_EINVAL, "synthetic model '%s': unknown (gpt, csm, tiny-gpt, tiny-llama)",
+                           kind ? kind : "(null)");
+    if ((unsigned)wt > DD_Q4) return dd_fail(err, DD_EINVAL, "synthetic model: bad weight type %d", (int)wt);
+    builder b = {.wt = wt, .seed = seed * 0x9E3779B97F4A7C15ull + 12345, .err = err};
+    dd_dtype vt = (wt == DD_Q8 || wt == DD_Q4) ? DD_F16 : wt; /* storage of non-matrix tensors */
+    int64_t Q = k->Q, V = k->V, I = k->I, D = k->D, H = k->H, KV = k->KV, HD = k->HD, F = k->F;
+    float sI = 1.7320508f / sqrtf((float)I), sD = 1.7320508f / sqrtf((float)D), sF = 1.7320508f / sqrtf((float)F),
+          sA = 1.7320508f / sqrtf((float)(H * HD));
+    /* head0 and heads get a larger spread so sampling has something to choose between */
+    put_mat(&b, "head0", 2, (int64_t[]){V, I}, 2.0f * sI);
+    put_mat(&b, "in_proj", 2, (int64_t[]){D, I}, sI);
+    if (!k->llama) put_vec(&b, "in_proj.bias", D, 0.0f, 0.02f, vt);
+    put_dense(&b, "embed.weight", 3, (int64_t[]){Q - 1, V, D}, gen(&b, (size_t)((Q - 1) * V * D), 0.0f, 1.0f),
+              (size_t)((Q - 1) * V * D), vt);
+    if (!k->llama)
+        put_dense(&b, "pos.weight", 2, (int64_t[]){Q, D}, gen(&b, (size_t)(Q * D), 0.0f, 0.3f), (size_t)(Q * D), vt);
+    char nm[160];
+    for (int i = 0; i < k->L; i++) {
+#define P(fmt) (snprintf(nm, sizeof nm, "layers.%d." fmt, i), nm)
+        put_vec(&b, P("norm1.weight"), D, 1.0f, 0.1f, vt);
+        if (!k->llama) put_vec(&b, P("norm1.bias"), D, 0.0f, 0.05f, vt);
+        put_mat(&b, P("qkv"), 2, (int64_t[]){(H + 2 * KV) * HD, D}, sD);
+        if (!k->llama) put_vec(&b, P("qkv.bias"), (H + 2 * KV) * HD, 0.0f, 0.02f, vt);
+        put_mat(&b, P("out"), 2, (int64_t[]){D, H * HD}, 0.5f * sA);
+        if (!k->llama) put_vec(&b, P("out.bias"), D, 0.0f, 0.02f, vt);
+        put_vec(&b, P("norm2.weight"), D, 1.0f, 0.1f, vt);
+        if (!k->llama) put_vec(&b, P("norm2.bias"), D, 0.0f, 0.05f, vt);
+        put_mat(&b, P("fc1"), 2, (int64_t[]){k->llama ? 2 * F : F, D}, sD);
+        if (!k->llama) put_vec(&b, P("fc1.bias"), F, 0.0f, 0.02f, vt);
+        put_mat(&b, P("fc2"), 2, (int64_t[]){D, F}, 0.5f * sF);
+        if (!k->llama) put_vec(&b, P("fc2.bias"), D, 0.0f, 0.02f, vt);
+#undef P
+    }
+    put_vec(&b, "norm.weight", D, 1.0f, 0.1f, vt);
+    if (!k->llama) put_vec(&b, "norm.bias", D, 0.0f, 0.05f, vt);
+    put_mat(&b, "heads", 3, (int64_t[]){Q - 1, V, D}, 2.0f * sD);
+
+    char cfg[1024], rope[256] = "null", quant[128] = "";
+    if (k->llama)
+        snprintf(rope, sizeof rope,
+                 "{\"theta\":%.1f,\"scaling\":{\"factor\":32.0,\"low_freq_factor\":1.0,\"high_freq_factor\":4.0,"
+                 "\"original_max_position_embeddings\":8192}}",
+                 k->theta);
+    if (wt == DD_Q8 || wt == DD_Q4)
+        snprintf(quant, sizeof quant, ",\"quantization\":{\"group_size\":64,\"bits\":%d,\"mode\":\"affine\"}",
+                 wt == DD_Q8 ? 8 : 4);
+    snprintf(cfg, sizeof cfg,
+             "{\"format\":\"depthdec\",\"version\":1,\"block\":\"%s\",\"levels\":%d,\"codebook_size\":%d,"
+             "\"input_dim\":%d,\"dim\":%d,\"layers\":%d,\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,"
+             "\"ffn_dim\":%d,\"norm_eps\":1e-05,\"rope\":%s%s}",
+             k->llama ? "llama" : "gpt", k->Q, k->V, k->I, k->D, k->L, k->H, k->KV, k->HD, k->F, rope, quant);
+
+    dd_status s = b.failed ? (err ? err->code : DD_ENOMEM) : DD_OK;
+    uint8_t *img = NULL;
+    size_t size = 0;
+    if (!s) s = dd_st_serialize(b.t, b.n, "depthdec.config", cfg, &img, &size, err);
+    for (int i = 0; i < b.nbufs; i++) free(b.bufs[i]);
+    free(b.bufs);
+    free(b.t);
+    if (s) return s;
+    char label[128];
+    snprintf(label, sizeof label, "synthetic %s %s", k->name, dd_dtype_name(wt));
+    dd_model *m = calloc(1, sizeof *m);
+    dd_st_file *f = m ? calloc(1, sizeof *f) : NULL;
+    if (!f) {
+        free(m);
+        free(img);
+        return dd_fail(err, DD_ENOMEM, "%s: out of memory", label);
+    }
+    m->maps = f;
+    snprintf(m->source, sizeof m->source, "%s", label);
+    s = dd_st_open_mem(f, label, img, size, err);
+    if (!s) {
+        m->nmaps = 1;
+        json_error_t je;
+        json_t *cj = json_loads(dd_st_meta(f, "depthdec.config"), 0, &je);
+        s = cj ? dd_config_parse_native(label, cj, &m->cfg, err) : dd_fail(err, DD_EMODEL, "%s: config", label);
+        json_decref(cj);
+    }
+    if (!s) s = dd_model_load_from_maps(m, label, 0, err);
+    if (s) {
+        dd_model_free(m);
+        return s;
+    }
+    *out = m;
+    return DD_OK;
+}
