@@ -59,23 +59,32 @@ def f64(t):
 # ----------------------------------------------------------------------------------------------------------------
 # MLX affine quantization (rule of mlx >= 0.12.2)
 def mlx_quantize(w, group=GROUP, bits=BITS):
-    """w [..., K] float64 -> (packed u32 [..., K*bits/32], scales f16, biases f16, dequantized float64)."""
-    shp, K = w.shape[:-1], w.shape[-1]
-    n_bins = 2 ** bits - 1
-    g = w.reshape(-1, K // group, group)
+    """w [..., K] -> (packed u32 [..., K*bits/32], scales f16, biases f16, dequantized float64).
+    Arithmetic in float32 on float32(w): bit-identical to mlx.core.quantize on a float32 array (checked against
+    mlx 0.32 when it is importable); scales/biases are then rounded to float16 for storage."""
+    shp, K, f = w.shape[:-1], w.shape[-1], np.float32
+    n_bins = f(2 ** bits - 1)
+    g = w.astype(f).reshape(-1, K // group, group)
     wmax, wmin = g.max(-1, keepdims=True), g.min(-1, keepdims=True)
     edge_is_min = np.abs(wmin) > np.abs(wmax)
-    s = np.maximum((wmax - wmin) / n_bins, 1e-7)
-    s = np.where(edge_is_min, s, -s)
+    s = np.maximum((wmax - wmin) / n_bins, f(1e-7))
+    s = np.where(edge_is_min, s, -s)                           # edge is the max -> negative scale
     edge = np.where(edge_is_min, wmin, wmax)
     q0 = np.round(edge / s)
-    s = np.where(q0 != 0, edge / np.where(q0 != 0, q0, 1), s)
-    b = np.where(q0 != 0, edge, 0.0)
+    s = np.where(q0 != 0, edge / np.where(q0 != 0, q0, f(1)), s)
+    b = np.where(q0 != 0, edge, f(0))
     q = np.clip(np.round((g - b) / s), 0, n_bins).astype(np.uint8)
+    packed = q.reshape(-1, K // 4, 4).copy().view("<u4").reshape(*shp, K // 4)   # byte k of each u32 = elem k
+    try:                                                       # optional independent check
+        import mlx.core as mx
+        mq, ms, mb = (np.array(t) for t in mx.quantize(mx.array(w.astype(f)), group_size=group, bits=bits))
+        assert np.array_equal(mq, packed) and np.array_equal(ms, s.reshape(*shp, -1)) and \
+            np.array_equal(mb, b.reshape(*shp, -1)), "differs from mlx.core.quantize"
+    except ImportError:
+        pass
     s16, b16 = s.astype(np.float16), b.astype(np.float16)
     deq = s16.astype(np.float64) * q + b16.astype(np.float64)      # reference uses the STORED scales/biases
-    packed = q.reshape(-1, K // 4, 4).copy().view("<u4").reshape(*shp, K // 4)   # byte k of each u32 = elem k
-    return (packed, s16.reshape(*shp, K // group), b16.reshape(*shp, K // group), deq.reshape(w.shape))
+    return packed, s16.reshape(*shp, K // group), b16.reshape(*shp, K // group), deq.reshape(w.shape)
 
 
 def read_native(path):

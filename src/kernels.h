@@ -1,0 +1,80 @@
+/* The fused kernel contracts shared by the fast backends (cpu, cuda). One contract, several implementations: the
+ * reference semantics are written here and checked by tests/test_kernels.c against plain double-precision math
+ * (the ref backend's numerics) for every backend that implements them.
+ *
+ * All activations are float32, row-major, T <= 32 rows per call per stream-batch row group (T counts rows of one
+ * matrix-vector product: B streams x new positions). Weights are dd_weight views (f32 / f16 / bf16 / MLX q8 / q4),
+ * dequantized in registers, never into a dequantized copy of a matrix.
+ */
+#ifndef DD_KERNELS_H
+#define DD_KERNELS_H
+
+#include "model.h"
+
+enum { DD_NORM_NONE = 0, DD_NORM_LAYER = 1, DD_NORM_RMS = 2 };
+enum { DD_ACT_NONE = 0, DD_ACT_GELU = 1, DD_ACT_SWIGLU = 2 };
+
+/* linear — y (T, N) = epilogue( prologue(x) (T, K) @ W^T (K, N) )
+ *   prologue: norm == DD_NORM_LAYER: n = (x - mean) / sqrt(var + eps) * norm_w + norm_b (norm_b may be NULL)
+ *             norm == DD_NORM_RMS:   n = x / sqrt(mean(x^2) + eps) * norm_w
+ *             norm == DD_NORM_NONE:  n = x
+ *             computed per row inside the kernel (no separate normalisation pass over x in memory).
+ *   product:  a[t, j] = n[t, :] . W[j, :]  (+ bias[j] when bias != NULL)
+ *   act:      DD_ACT_NONE   h = a
+ *             DD_ACT_GELU   h = 0.5 a (1 + erf(a / sqrt 2))          (exact GELU)
+ *             DD_ACT_SWIGLU h = silu(a) * (n[t, :] . W2[j, :] + bias2[j]) with W2 the paired "up" matrix (N, K)
+ *   epilogue: y[t, j] = h + (residual ? residual[t, j] : 0) + (add ? add[t, j] : 0)
+ * residual may alias y (in-place residual add); x must not alias y. ldx/ldy/ldr/lda are row strides in floats.
+ * Shapes: any T in [1, 32] (fast paths may process more rows in chunks of 32), any N >= 1, K >= 1 with
+ * K % group == 0 for quantized weights. Accumulation is float32 (or wider). Overwrites y. */
+typedef struct dd_linear_args {
+    float *y;
+    int ldy;
+    const float *x;
+    int ldx;
+    int T;
+    const dd_weight *w;
+    const float *bias;
+    const dd_weight *w2; /* DD_ACT_SWIGLU only */
+    const float *bias2;
+    int norm;
+    const float *norm_w, *norm_b;
+    float eps;
+    int act;
+    const float *residual;
+    int ldr;
+    const float *add;
+    int lda;
+} dd_linear_args;
+
+/* attend — append T new positions' K/V to a stream's frame cache and attend causally.
+ *   qkv (T, (H + 2 KVH) HD): rows of this call's new positions p0 .. p0+T-1, q heads, then k heads, then v heads
+ *   rope: when inv_freq != NULL, q and k heads are rotated HF "rotate half" style (pairs j, j + HD/2) by angle
+ *         p * inv_freq[j] before use (k is stored rotated).
+ *   kcache, vcache (Q, KVH HD): positions 0 .. p0-1 already filled; rows p0 .. p0+T-1 are written here.
+ *   out (T, H HD): out[t, h] = sum_{j <= p0+t} softmax_j(q[t,h] . k[j,kh] / sqrt HD) v[j,kh],  kh = h / (H/KVH)
+ * Keys per query: at most 32 (the frame's positions). Overwrites out. */
+typedef struct dd_attend_args {
+    float *out;
+    float *kcache, *vcache;
+    const float *qkv;
+    int T, p0;
+    int H, KVH, HD;
+    const double *inv_freq;
+} dd_attend_args;
+
+/* sample + gather — the SPEC §3 rule (src/sample.h, shared by every backend) applied to a row of logits, then the
+ * drawn code's embedding row gathered as the next pass's input (done by the backend with the model's embed view;
+ * CSM tables also go through in()). Contract: code = dd_sample_core(logits, V, T, K, seed, frame, level). */
+
+#ifdef DD_WITH_CUDA
+/* Test entry points of the CUDA backend: copy the arguments (weights included) to the device, run the same
+ * kernel the backend's frame graph runs, copy the outputs back. For tests only (slow: they allocate). */
+dd_status dd_cuda_linear_host(const dd_linear_args *a, dd_error *err);
+dd_status dd_cuda_attend_host(const dd_attend_args *a, dd_error *err);
+/* Sample V logits on the device (the device's Philox/Gumbel path); for the bit-identity test against the CPU. */
+dd_status dd_cuda_sample_host(const float *logits, int n, int V, float T, int K, const uint64_t *seeds,
+                              const uint64_t *frames, int level, int32_t *codes, dd_error *err);
+#endif
+
+#endif
