@@ -47,10 +47,6 @@ torch.set_default_dtype(torch.float32)
 LOG = []         # (file, description) for MANIFEST
 
 
-def say(*a):
-    print(*a, flush=True)
-
-
 def f64(t):
     """torch tensor (any float dtype) -> float64 numpy."""
     return t.detach().to(torch.float64).cpu().numpy()
@@ -255,7 +251,7 @@ def make_fixture(name, outdir, seed, tf, logits0, spec_m):
     sg = spec_run(spec_m, h)
     res = np.abs(sl - logits).max() / np.abs(logits).max()
     res0 = np.abs(h @ spec_m["head0"].T - l0).max() / np.abs(l0).max()
-    say(f"[{name}] rows kept {N}/{tried}, smallest greedy gap {min(gaps):.4g} (rel. to max|logit|); "
+    print(f"[{name}] rows kept {N}/{tried}, smallest greedy gap {min(gaps):.4g} (rel. to max|logit|); "
         f"logit range [{logits.min():.2f}, {logits.max():.2f}] std {logits.std():.2f}; "
         f"cross-check rel residual {res:.3g} (logits0 {res0:.3g}); greedy codes equal: {np.array_equal(sg, greedy)}")
     assert res < TOL and res0 < TOL and np.array_equal(sg, greedy), f"{name}: cross-check failed"
@@ -397,7 +393,8 @@ def csm_std(name, shape):
     return 0.0, 1.0 / math.sqrt(shape[-1])
 
 
-# float64-exact replacements for the three places where transformers' CSM code forces float32 math
+# float64-exact replacements for the two places where transformers' CSM code forces float32 math (RMSNorm and
+# the RoPE cos/sin tables); the third, eager attention's float32 softmax, is avoided by using sdpa (float64 on CPU)
 def _rms64(self, x):
     return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
 
@@ -431,12 +428,12 @@ def csm_fixture(outdir):
     save_file(kept, st, metadata=meta)
     hf_cfg = json.load(open(os.path.join(d, "config.json")))
     assert hf_cfg["model_type"] == "csm" and "depth_decoder_config" in hf_cfg
-    say("[csm_tiny] config.json depth_decoder_config.rope_parameters:",
+    print("[csm_tiny] config.json depth_decoder_config.rope_parameters:",
         json.dumps(hf_cfg["depth_decoder_config"].get("rope_parameters")),
         "| top-level rope_parameters:", json.dumps(hf_cfg.get("rope_parameters")))
-    say("[csm_tiny] saved tensors (codec_model.* removed):")
+    print("[csm_tiny] saved tensors (codec_model.* removed):")
     for k in sorted(kept):
-        say(f"    {k:60s} {list(kept[k].shape)} {str(kept[k].dtype).replace('torch.', '')}")
+        print(f"    {k:60s} {list(kept[k].shape)} {str(kept[k].dtype).replace('torch.', '')}")
     for fn in sorted(os.listdir(d)):
         LOG.append((f"csm_tiny/{fn}", "CsmForConditionalGeneration.save_pretrained (bf16); model.safetensors "
                     f"rewritten without codec_model.* ({len(kept)} tensors)" if fn == "model.safetensors"
@@ -451,7 +448,7 @@ def csm_fixture(outdir):
     inv64 = llama3_inv_freq(CSM["HD"], ROPE)
     hf_inv = f64(modeling_csm.ROPE_INIT_FUNCTIONS["llama3"](dd.config)[0])  # transformers' float32 inv_freq
     unscaled = ROPE["rope_theta"] ** (-np.arange(0, CSM["HD"], 2) / CSM["HD"])
-    say(f"[csm_tiny] llama3 inv_freq / unscaled: {np.round(inv64 / unscaled, 4).tolist()}; "
+    print(f"[csm_tiny] llama3 inv_freq / unscaled: {np.round(inv64 / unscaled, 4).tolist()}; "
         f"rel diff vs transformers' float32 inv_freq {np.abs(hf_inv / inv64 - 1).max():.2g}")
     assert np.abs(hf_inv / inv64 - 1).max() < 1e-6
 
@@ -462,7 +459,7 @@ def csm_fixture(outdir):
         with torch.no_grad():
             return dd(input_ids=ids, backbone_last_hidden_state=torch.from_numpy(h)).logits.numpy()
 
-    # as shipped, transformers does RMSNorm, RoPE tables and softmax in float32: show that residual, then patch
+    # as shipped, transformers does RMSNorm and the RoPE tables in float32: show that residual, then patch
     hp = np.random.default_rng(5).standard_normal((N, IN)).astype(np.float32).astype(np.float64)
     cp = np.random.default_rng(6).integers(0, V, (N, Q - 1))
     with safe_open(st, framework="pt") as f:
@@ -470,7 +467,7 @@ def csm_fixture(outdir):
     spec_m = csm_spec_model(hf_cfg, fw)
     unpatched = tf(hp, cp)
     r_un = np.abs(unpatched - spec_run(spec_m, hp, np.concatenate([cp, cp[:, :1]], 1))).max() / np.abs(unpatched).max()
-    say(f"[csm_tiny] unpatched transformers (float32 internals) vs SPEC re-impl: rel residual {r_un:.3g}")
+    print(f"[csm_tiny] unpatched transformers (float32 internals) vs SPEC re-impl: rel residual {r_un:.3g}")
     modeling_csm.CsmRMSNorm.forward = _rms64
     modeling_csm.CsmRotaryEmbedding.forward = _rope64
     assert rot.inv_freq.dtype == torch.float32     # from_pretrained keeps the buffer float32: replace it
@@ -502,7 +499,7 @@ def manifest(outdir):
     with open(os.path.join(outdir, "MANIFEST.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
     total = sum(os.path.getsize(os.path.join(outdir, fn)) for fn, _ in LOG)
-    say(f"total {total} bytes in {len(LOG)} files; {vers}")
+    print(f"total {total} bytes in {len(LOG)} files; {vers}")
 
 
 def main():

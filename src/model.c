@@ -402,8 +402,9 @@ static dd_status load_csm_tensors(loader *L, dd_error *err) {
             F = c->ffn_dim, I = c->input_dim;
     dd_status s;
     c->embed_in_input_space = 1;
-    const char *emb = "backbone_model.embed_tokens.embed_audio_tokens.weight";
-    if (!find(L, emb, NULL)) emb = "depth_decoder.model.embed_tokens.weight";
+    /* transformers 5 saves both names (untied copies); its depth decoder reads its own table, so prefer it */
+    const char *emb = "depth_decoder.model.embed_tokens.weight";
+    if (!find(L, emb, NULL)) emb = "backbone_model.embed_tokens.embed_audio_tokens.weight";
     if (!find(L, emb, NULL))
         return dd_fail(err, DD_EMODEL,
                        "%s: missing the audio code table (backbone_model.embed_tokens.embed_audio_tokens.weight or "
