@@ -155,6 +155,11 @@ dd_status dd_decode(dd_decoder *d, int n, const float *hidden, const int32_t *c0
 dd_status dd_score(dd_decoder *d, int n, const float *hidden, const int32_t *codes, float *logits, float *logits0,
                    dd_error *err);
 
+/* Measure the read bandwidth this backend's weights stream at, in GB/s (1e9 bytes/s), as `depthdec bench` quotes
+ * it: cpu/ref: a multi-threaded streaming read of a 1 GiB buffer (threads 0 = one per core), best of 5;
+ * cuda: a large device-to-device copy, counting bytes read plus written. Allocates and frees its buffers. */
+dd_status dd_measure_read_bandwidth(dd_backend b, int threads, double *gbps, dd_error *err);
+
 /* ---- sampling rule, exposed for tests and other engines ---------------------------------------------------- */
 
 /* Philox4x32-10 (Random123 constants): out = philox(ctr, key). */

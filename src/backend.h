@@ -38,6 +38,8 @@ extern const dd_backend_vt dd_cpu_backend;
 #ifdef DD_WITH_CUDA
 extern const dd_backend_vt dd_cuda_backend;
 int dd_cuda_device_present(void);
+/* device-to-device copy bandwidth, (read + written bytes) / s / 1e9 */
+dd_status dd_cuda_copy_bandwidth(double *gbps, dd_error *err);
 #endif
 
 #endif

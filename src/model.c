@@ -232,7 +232,7 @@ static dd_status load_mat(loader *L, const char *wname, int64_t nstack, int64_t 
     if (len > 7 && strcmp(prefix + len - 7, ".weight") == 0) prefix[len - 7] = 0;
     snprintf(sname, sizeof sname, "%s.scales", prefix);
     snprintf(bname, sizeof bname, "%s.biases", prefix);
-    const char *sfile, *bfile;
+    const char *sfile = NULL, *bfile = NULL;
     const dd_st_tensor *ts = find(L, sname, &sfile), *tb = find(L, bname, &bfile);
     int64_t dims[3];
     int nd = 0;

@@ -1,0 +1,628 @@
+/* depthdec — the command-line program: a thin layer over include/depthdec.h (SPEC §5).
+ * Exit codes: 0 success, 2 usage error, 1 any other error; errors are one line on stderr: "depthdec: FILE: why". */
+#include "depthdec.h"
+#include "npy.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXIT_USAGE 2
+
+static const char *USAGE =
+    "usage: depthdec COMMAND [options]\n"
+    "\n"
+    "  info MODEL                          config, tensor count, bytes per frame, quantization\n"
+    "  demo [--backend B] [--frames N] [--threads N]\n"
+    "                                      decode frames of the embedded synthetic GPT-dims model\n"
+    "  generate --model M --hidden H.npy [--c0 C.npy] --out CODES.npy [--seed S] [--frame F]\n"
+    "           [--temperature T] [--top-k K] [--greedy] [--backend B] [--threads N] [--batch N]\n"
+    "  score --model M --hidden H.npy --codes C.npy --out LOGITS.npy [--logits0 L0.npy] [--backend B]\n"
+    "  bench [--model M | --synthetic gpt|csm] [--weights f32|f16|bf16|q8|q4] [--batch B] [--frames N]\n"
+    "        [--backend B] [--threads N] [--json FILE]\n"
+    "  export (--synthetic gpt|csm|tiny-gpt|tiny-llama [--weights W] | --model M) --out FILE.safetensors\n"
+    "\n"
+    "MODEL is a native .safetensors file or an HF CSM directory (config.json + model.safetensors[.index.json]).\n"
+    "Backends: auto (default: cuda if built and a GPU is present, else cpu, else ref), ref, cpu, cuda.\n"
+    "Rows of --hidden are consecutive frames of one stream: row n uses seed S and frame F + n.\n"
+    "Defaults: --temperature 0.9 --top-k 50 (CSM's); --greedy means temperature 0.\n"
+    "Run 'depthdec COMMAND --help' for one command.\n";
+
+static void die_usage(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "depthdec: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n(run 'depthdec --help' for usage)\n");
+    va_end(ap);
+    exit(EXIT_USAGE);
+}
+
+/* Library errors: the message already names the file/tensor/argument. */
+static int fail(const dd_error *e) {
+    fprintf(stderr, "depthdec: %s\n", e->msg);
+    return 1;
+}
+
+/* ---- option parsing: --name value pairs and flags ------------------------------------------------------- */
+
+typedef struct opts {
+    int argc;
+    char **argv;
+    int *used;
+} opts;
+
+static const char *opt_str(opts *o, const char *name) {
+    for (int i = 0; i < o->argc; i++)
+        if (strcmp(o->argv[i], name) == 0) {
+            if (i + 1 >= o->argc) die_usage("%s needs a value", name);
+            o->used[i] = o->used[i + 1] = 1;
+            return o->argv[i + 1];
+        }
+    return NULL;
+}
+
+static int opt_flag(opts *o, const char *name) {
+    for (int i = 0; i < o->argc; i++)
+        if (strcmp(o->argv[i], name) == 0) {
+            o->used[i] = 1;
+            return 1;
+        }
+    return 0;
+}
+
+static long long parse_int(const char *name, const char *v, long long lo, long long hi) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi)
+        die_usage("%s '%s': want an integer in [%lld, %lld]", name, v, lo, hi);
+    return x;
+}
+
+static unsigned long long parse_u64(const char *name, const char *v) {
+    char *end;
+    errno = 0;
+    if (*v == '-') die_usage("%s '%s': want a non-negative integer", name, v);
+    unsigned long long x = strtoull(v, &end, 0);
+    if (errno || end == v || *end) die_usage("%s '%s': want a non-negative 64-bit integer", name, v);
+    return x;
+}
+
+static float parse_float(const char *name, const char *v) {
+    char *end;
+    errno = 0;
+    float x = strtof(v, &end);
+    if (errno || end == v || *end) die_usage("%s '%s': want a number", name, v);
+    return x;
+}
+
+/* Positional arguments left over (not consumed by an option). Any leftover "--x" is an unknown option. */
+static int positionals(opts *o, const char **pos, int max) {
+    int n = 0;
+    for (int i = 0; i < o->argc; i++) {
+        if (o->used[i]) continue;
+        if (o->argv[i][0] == '-' && o->argv[i][1]) die_usage("unknown option '%s'", o->argv[i]);
+        if (n == max) die_usage("unexpected argument '%s'", o->argv[i]);
+        pos[n++] = o->argv[i];
+    }
+    return n;
+}
+
+static dd_backend opt_backend(opts *o) {
+    const char *b = opt_str(o, "--backend");
+    dd_backend be = DD_BACKEND_AUTO;
+    if (b && dd_backend_parse(b, &be)) die_usage("--backend '%s': want auto, ref, cpu or cuda", b);
+    return be;
+}
+
+static dd_dtype parse_weights(const char *w) {
+    static const dd_dtype all[] = {DD_F32, DD_F16, DD_BF16, DD_Q8, DD_Q4};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        if (strcmp(w, dd_dtype_name(all[i])) == 0) return all[i];
+    die_usage("--weights '%s': want f32, f16, bf16, q8 or q4", w);
+    return DD_F32;
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Deterministic O(1) hidden states for demo/bench (a backbone's final norm output has this scale). */
+static void fill_hidden(float *h, size_t n, uint64_t seed) {
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < n; i++) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        h[i] = (float)((double)(s >> 11) * 0x1p-53 * 3.4641016 - 1.7320508); /* uniform, unit variance */
+    }
+}
+
+static dd_decoder *make_decoder(const dd_model *m, dd_backend b, int max_batch, int threads) {
+    dd_decoder_params p = dd_decoder_default_params();
+    p.backend = b;
+    p.max_batch = max_batch;
+    p.threads = threads;
+    dd_decoder *d;
+    dd_error e;
+    if (dd_decoder_create(&d, m, &p, &e)) {
+        fail(&e);
+        return NULL;
+    }
+    return d;
+}
+
+/* ---- info ------------------------------------------------------------------------------------------------ */
+
+static void print_config(const dd_model *m) {
+    const dd_config *c = dd_model_config(m);
+    printf("model        %s\n", dd_model_source(m));
+    printf("block        %s\n", c->block == DD_BLOCK_GPT ? "gpt (LayerNorm, GELU)" : "llama (RMSNorm, SwiGLU, RoPE)");
+    printf("levels       %d (%d passes per frame)\n", c->levels, c->levels - 1);
+    printf("codebook     %d\n", c->codebook_size);
+    printf("input_dim    %d%s\n", c->input_dim, c->has_in_proj ? " (in_proj)" : " (no in_proj)");
+    printf("dim          %d, %d layers, %d heads x %d (kv heads %d), ffn %d, eps %g\n", c->dim, c->layers, c->heads,
+           c->head_dim, c->kv_heads, c->ffn_dim, (double)c->norm_eps);
+    if (c->has_rope) {
+        printf("rope         theta %g", c->rope_theta);
+        if (c->rope_scaling)
+            printf(", llama3 scaling factor %g low %g high %g original %g", c->rope_factor, c->rope_low_freq_factor,
+                   c->rope_high_freq_factor, c->rope_original_max_pos);
+        printf("\n");
+    }
+    printf("positions    %s\n", c->has_pos ? "learned" : (c->has_rope ? "rope" : "none"));
+    printf("head0        %s\n", c->has_head0 ? "yes (can sample c0)" : "no (c0 must be given)");
+    printf("embeddings   %s\n", c->embed_in_input_space ? "input space (through in_proj each pass)" : "model space");
+    printf("weights      %s", dd_dtype_name(c->weight_type));
+    if (c->quant_bits) printf(" (MLX affine, %d-bit, group %d)", c->quant_bits, c->quant_group);
+    printf("\n");
+    printf("tensors      %d used\n", dd_model_tensor_count(m));
+    printf("bytes        %.1f MB of weights, %.1f MB read per frame\n", dd_model_weight_bytes(m) / 1e6,
+           dd_model_weight_bytes_per_frame(m) / 1e6);
+}
+
+static int cmd_info(opts *o) {
+    if (opt_flag(o, "--help")) {
+        printf("usage: depthdec info MODEL\n");
+        return 0;
+    }
+    const char *pos[1];
+    if (positionals(o, pos, 1) != 1) die_usage("info needs one MODEL argument");
+    dd_model *m;
+    dd_error e;
+    if (dd_model_load(&m, pos[0], &e)) return fail(&e);
+    print_config(m);
+    dd_model_free(m);
+    return 0;
+}
+
+/* ---- demo ------------------------------------------------------------------------------------------------ */
+
+static int cmd_demo(opts *o) {
+    if (opt_flag(o, "--help")) {
+        printf("usage: depthdec demo [--backend B] [--frames N] [--threads N] [--weights W]\n"
+               "Decodes N frames (default: 3 on ref, 20 on cpu, 200 on cuda) of one stream with the embedded\n"
+               "synthetic GPT-dims model (D 1024, 4 layers, 16 heads, F 4096, Q 32, V 2048; bf16 weights).\n");
+        return 0;
+    }
+    dd_backend b = opt_backend(o);
+    const char *fr = opt_str(o, "--frames"), *th = opt_str(o, "--threads"), *wt = opt_str(o, "--weights");
+    int threads = th ? (int)parse_int("--threads", th, 0, 1024) : 0;
+    dd_dtype w = wt ? parse_weights(wt) : DD_BF16;
+    const char *pos[1];
+    if (positionals(o, pos, 0)) die_usage("demo takes no arguments");
+    dd_error e;
+    dd_model *m;
+    double t0 = now_ms();
+    if (dd_model_synthetic(&m, "gpt", w, 0, &e)) return fail(&e);
+    dd_decoder *d = make_decoder(m, b, 1, threads);
+    if (!d) {
+        dd_model_free(m);
+        return 1;
+    }
+    dd_backend used = dd_decoder_backend(d);
+    int frames = fr ? (int)parse_int("--frames", fr, 1, 100000)
+                    : (used == DD_BACKEND_REF ? 3 : used == DD_BACKEND_CPU ? 20 : 200);
+    const dd_config *c = dd_model_config(m);
+    printf("depthdec %s demo: synthetic GPT-dims depth decoder (THE WEIGHTS ARE SYNTHETIC: deterministic random\n"
+           "numbers, not a trained model, so the codes are not speech). Built in %.0f ms.\n",
+           DD_VERSION_STRING, now_ms() - t0);
+    printf("model: D %d, %d layers, %d heads x %d, ffn %d, %d levels x %d codes, %s weights; backend %s\n", c->dim,
+           c->layers, c->heads, c->head_dim, c->ffn_dim, c->levels, c->codebook_size, dd_dtype_name(w),
+           dd_backend_name(used));
+    float *h = malloc((size_t)c->input_dim * sizeof *h);
+    int32_t *codes = malloc((size_t)c->levels * sizeof *codes);
+    double *ms = malloc((size_t)frames * sizeof *ms);
+    dd_sampling s = dd_sampling_default();
+    int rc = 0;
+    for (int f = 0; f < frames && !rc; f++) {
+        fill_hidden(h, (size_t)c->input_dim, (uint64_t)f + 1);
+        uint64_t seed = 42, frame = (uint64_t)f;
+        double a = now_ms();
+        if (dd_decode(d, 1, h, NULL, &seed, &frame, &s, codes, &e)) rc = fail(&e);
+        ms[f] = now_ms() - a;
+        if (!rc && (f < 3 || f == frames - 1)) {
+            printf("frame %3d:", f);
+            for (int l = 0; l < c->levels; l++) printf(" %d", codes[l]);
+            printf("\n");
+        } else if (!rc && f == 3) {
+            printf("...\n");
+        }
+    }
+    if (!rc) {
+        qsort(ms, (size_t)frames, sizeof *ms, cmp_double);
+        double med = ms[frames / 2];
+        printf("%d frames: median %.2f ms/frame, %.1f frames/s, real-time factor %.3f (frame = 80 ms; < 1 is "
+               "faster than real time)\n",
+               frames, med, 1000.0 / med, med / 80.0);
+    }
+    free(h);
+    free(codes);
+    free(ms);
+    dd_decoder_free(d);
+    dd_model_free(m);
+    return rc;
+}
+
+/* ---- generate / score ------------------------------------------------------------------------------------ */
+
+static float *read_hidden(const char *path, int input_dim, int64_t *n) {
+    dd_npy a;
+    dd_error e;
+    if (dd_npy_read(path, &a, &e)) {
+        fail(&e);
+        return NULL;
+    }
+    float *h = NULL;
+    if (dd_npy_to_f32(&a, path, "--hidden", 2, (int64_t[]){-1, input_dim}, &h, &e)) fail(&e);
+    else *n = a.shape[0];
+    dd_npy_free(&a);
+    if (h && *n == 0) {
+        fprintf(stderr, "depthdec: %s (--hidden): no rows\n", path);
+        free(h);
+        return NULL;
+    }
+    return h;
+}
+
+static int32_t *read_codes(const char *path, const char *what, int ndim, const int64_t *shape) {
+    dd_npy a;
+    dd_error e;
+    if (dd_npy_read(path, &a, &e)) {
+        fail(&e);
+        return NULL;
+    }
+    int32_t *c = NULL;
+    if (dd_npy_to_i32(&a, path, what, ndim, shape, &c, &e)) fail(&e);
+    dd_npy_free(&a);
+    return c;
+}
+
+static int cmd_generate(opts *o) {
+    if (opt_flag(o, "--help")) {
+        printf("usage: depthdec generate --model M --hidden H.npy [--c0 C.npy] --out CODES.npy [--seed S]\n"
+               "       [--frame F] [--temperature T] [--top-k K] [--greedy] [--backend B] [--threads N] [--batch N]\n"
+               "H.npy float32/float16 [N, input_dim]; C.npy int32/int64 [N]; writes int32 [N, levels].\n"
+               "Row n is frame F + n of one stream seeded S; without --c0, c0 is sampled from head0.\n");
+        return 0;
+    }
+    const char *model = opt_str(o, "--model"), *hid = opt_str(o, "--hidden"), *c0p = opt_str(o, "--c0"),
+               *out = opt_str(o, "--out"), *sd = opt_str(o, "--seed"), *fr = opt_str(o, "--frame"),
+               *tp = opt_str(o, "--temperature"), *tk = opt_str(o, "--top-k"), *th = opt_str(o, "--threads"),
+               *bt = opt_str(o, "--batch");
+    int greedy = opt_flag(o, "--greedy");
+    dd_backend b = opt_backend(o);
+    const char *pos[1];
+    if (positionals(o, pos, 0)) die_usage("generate takes no positional arguments");
+    if (!model || !hid || !out) die_usage("generate needs --model, --hidden and --out");
+    dd_sampling s = dd_sampling_default();
+    if (tp) s.temperature = parse_float("--temperature", tp);
+    if (tk) s.top_k = (int)parse_int("--top-k", tk, -2147483647LL, 2147483647LL);
+    if (greedy) s.temperature = 0.0f;
+    if (!isfinite(s.temperature) || s.temperature < 0) die_usage("--temperature %s: must be finite and >= 0", tp);
+    if (s.top_k < 0) die_usage("--top-k %s: must be >= 0", tk);
+    uint64_t seed = sd ? parse_u64("--seed", sd) : 0, frame0 = fr ? parse_u64("--frame", fr) : 0;
+    int threads = th ? (int)parse_int("--threads", th, 0, 1024) : 0;
+    int batch = bt ? (int)parse_int("--batch", bt, 1, 4096) : 64;
+
+    dd_model *m;
+    dd_error e;
+    if (dd_model_load(&m, model, &e)) return fail(&e);
+    const dd_config *c = dd_model_config(m);
+    int64_t n = 0;
+    int rc = 1;
+    int32_t *c0 = NULL, *codes = NULL;
+    uint64_t *seeds = NULL, *frames = NULL;
+    dd_decoder *d = NULL;
+    float *h = read_hidden(hid, c->input_dim, &n);
+    if (!h) goto done;
+    if (c0p && !(c0 = read_codes(c0p, "--c0", 1, (int64_t[]){n}))) goto done;
+    if (!c0 && !c->has_head0) {
+        fprintf(stderr, "depthdec: %s: the model has no head0, so --c0 is required\n", model);
+        goto done;
+    }
+    if (batch > n) batch = (int)n;
+    if (!(d = make_decoder(m, b, batch, threads))) goto done;
+    codes = malloc((size_t)n * c->levels * sizeof *codes);
+    seeds = malloc((size_t)n * sizeof *seeds);
+    frames = malloc((size_t)n * sizeof *frames);
+    if (!codes || !seeds || !frames) {
+        fprintf(stderr, "depthdec: out of memory for %lld rows\n", (long long)n);
+        goto done;
+    }
+    for (int64_t r = 0; r < n; r++) {
+        seeds[r] = seed;
+        frames[r] = frame0 + (uint64_t)r;
+    }
+    for (int64_t r = 0; r < n; r += batch) {
+        int k = (int)(n - r < batch ? n - r : batch);
+        if (dd_decode(d, k, h + r * c->input_dim, c0 ? c0 + r : NULL, seeds + r, frames + r, &s,
+                      codes + r * c->levels, &e)) {
+            /* name the file row, not the batch row */
+            fprintf(stderr, "depthdec: %s: rows %lld..%lld: %s\n", hid, (long long)r, (long long)(r + k - 1), e.msg);
+            goto done;
+        }
+    }
+    if (dd_npy_write(out, DD_NPY_I32, 2, (int64_t[]){n, c->levels}, codes, &e)) {
+        fail(&e);
+        goto done;
+    }
+    rc = 0;
+done:
+    free(h);
+    free(c0);
+    free(codes);
+    free(seeds);
+    free(frames);
+    dd_decoder_free(d);
+    dd_model_free(m);
+    return rc;
+}
+
+static int cmd_score(opts *o) {
+    if (opt_flag(o, "--help")) {
+        printf("usage: depthdec score --model M --hidden H.npy --codes C.npy --out LOGITS.npy [--logits0 L0.npy]\n"
+               "       [--backend B] [--threads N]\n"
+               "Writes float32 [N, levels-1, V]: teacher-forced logits of levels 1..Q-1 given the codes, and with\n"
+               "--logits0 float32 [N, V] = head0 . hidden (needs head0).\n");
+        return 0;
+    }
+    const char *model = opt_str(o, "--model"), *hid = opt_str(o, "--hidden"), *cp = opt_str(o, "--codes"),
+               *out = opt_str(o, "--out"), *l0p = opt_str(o, "--logits0"), *th = opt_str(o, "--threads");
+    dd_backend b = opt_backend(o);
+    const char *pos[1];
+    if (positionals(o, pos, 0)) die_usage("score takes no positional arguments");
+    if (!model || !hid || !cp || !out) die_usage("score needs --model, --hidden, --codes and --out");
+    int threads = th ? (int)parse_int("--threads", th, 0, 1024) : 0;
+    dd_model *m;
+    dd_error e;
+    if (dd_model_load(&m, model, &e)) return fail(&e);
+    const dd_config *c = dd_model_config(m);
+    int Q = c->levels, V = c->codebook_size, rc = 1;
+    int64_t n = 0;
+    int32_t *codes = NULL;
+    float *lg = NULL, *l0 = NULL;
+    dd_decoder *d = NULL;
+    float *h = read_hidden(hid, c->input_dim, &n);
+    if (!h) goto done;
+    if (!(codes = read_codes(cp, "--codes", 2, (int64_t[]){n, Q}))) goto done;
+    if (l0p && !c->has_head0) {
+        fprintf(stderr, "depthdec: %s: the model has no head0, so --logits0 cannot be written\n", model);
+        goto done;
+    }
+    int batch = n < 64 ? (int)n : 64;
+    if (!(d = make_decoder(m, b, batch, threads))) goto done;
+    lg = malloc((size_t)n * (Q - 1) * V * sizeof *lg);
+    l0 = l0p ? malloc((size_t)n * V * sizeof *l0) : NULL;
+    if (!lg || (l0p && !l0)) {
+        fprintf(stderr, "depthdec: out of memory for %lld rows of logits\n", (long long)n);
+        goto done;
+    }
+    for (int64_t r = 0; r < n; r += batch) {
+        int k = (int)(n - r < batch ? n - r : batch);
+        if (dd_score(d, k, h + r * c->input_dim, codes + r * Q, lg + r * (Q - 1) * V, l0 ? l0 + r * V : NULL, &e)) {
+            fprintf(stderr, "depthdec: %s / %s: rows %lld..%lld: %s\n", hid, cp, (long long)r, (long long)(r + k - 1),
+                    e.msg);
+            goto done;
+        }
+    }
+    if (dd_npy_write(out, DD_NPY_F32, 3, (int64_t[]){n, Q - 1, V}, lg, &e)) {
+        fail(&e);
+        goto done;
+    }
+    if (l0p && dd_npy_write(l0p, DD_NPY_F32, 2, (int64_t[]){n, V}, l0, &e)) {
+        fail(&e);
+        remove(out); /* all or nothing */
+        goto done;
+    }
+    rc = 0;
+done:
+    free(h);
+    free(codes);
+    free(lg);
+    free(l0);
+    dd_decoder_free(d);
+    dd_model_free(m);
+    return rc;
+}
+
+/* ---- bench ----------------------------------------------------------------------------------------------- */
+
+static int cmd_bench(opts *o) {
+    if (opt_flag(o, "--help")) {
+        printf("usage: depthdec bench [--model M | --synthetic gpt|csm] [--weights f32|f16|bf16|q8|q4] [--batch B]\n"
+               "       [--frames N] [--backend B] [--threads N] [--json FILE]\n"
+               "Times whole frames (all passes, c0 given) of B streams; prints the median ms/frame beside the\n"
+               "floor = weight bytes per frame / read bandwidth measured in the same run.\n");
+        return 0;
+    }
+    const char *model = opt_str(o, "--model"), *syn = opt_str(o, "--synthetic"), *wt = opt_str(o, "--weights"),
+               *bt = opt_str(o, "--batch"), *fr = opt_str(o, "--frames"), *th = opt_str(o, "--threads"),
+               *js = opt_str(o, "--json");
+    dd_backend b = opt_backend(o);
+    const char *pos[1];
+    if (positionals(o, pos, 0)) die_usage("bench takes no positional arguments");
+    if (model && syn) die_usage("give either --model or --synthetic, not both");
+    if (model && wt) die_usage("--weights applies to --synthetic models only (a file has its own types)");
+    if (syn && strcmp(syn, "gpt") && strcmp(syn, "csm")) die_usage("--synthetic '%s': want gpt or csm", syn);
+    if (!model && !syn) syn = "gpt";
+    dd_dtype w = wt ? parse_weights(wt) : DD_BF16;
+    int batch = bt ? (int)parse_int("--batch", bt, 1, 4096) : 1;
+    int threads = th ? (int)parse_int("--threads", th, 0, 1024) : 0;
+    dd_model *m;
+    dd_error e;
+    if (model ? dd_model_load(&m, model, &e) : dd_model_synthetic(&m, syn, w, 0, &e)) return fail(&e);
+    const dd_config *c = dd_model_config(m);
+    dd_decoder *d = make_decoder(m, b, batch, threads);
+    if (!d) {
+        dd_model_free(m);
+        return 1;
+    }
+    dd_backend used = dd_decoder_backend(d);
+    int frames = fr ? (int)parse_int("--frames", fr, 1, 1000000)
+                    : (used == DD_BACKEND_REF ? 3 : used == DD_BACKEND_CPU ? 20 : 200);
+    size_t nh = (size_t)batch * c->input_dim;
+    float *h = malloc(nh * sizeof *h);
+    int32_t *c0 = malloc((size_t)batch * sizeof *c0), *codes = malloc((size_t)batch * c->levels * sizeof *codes);
+    uint64_t *seeds = malloc((size_t)batch * sizeof *seeds), *fidx = malloc((size_t)batch * sizeof *fidx);
+    double *ms = malloc((size_t)frames * sizeof *ms);
+    int rc = 0;
+    if (!h || !c0 || !codes || !seeds || !fidx || !ms) {
+        fprintf(stderr, "depthdec: out of memory\n");
+        rc = 1;
+    }
+    fill_hidden(h, nh, 7);
+    dd_sampling s = dd_sampling_default();
+    for (int i = 0; !rc && i < batch; i++) {
+        c0[i] = (int32_t)((i * 7919u) % (unsigned)c->codebook_size);
+        seeds[i] = (uint64_t)i;
+    }
+    /* one warm-up frame, then `frames` timed frames */
+    for (int f = -1; !rc && f < frames; f++) {
+        for (int i = 0; i < batch; i++) fidx[i] = (uint64_t)(f + 1);
+        double a = now_ms();
+        if (dd_decode(d, batch, h, c0, seeds, fidx, &s, codes, &e)) rc = fail(&e);
+        if (f >= 0) ms[f] = now_ms() - a;
+    }
+    double gbps = 0;
+    if (!rc && dd_measure_read_bandwidth(used, threads, &gbps, &e)) rc = fail(&e);
+    if (!rc) {
+        qsort(ms, (size_t)frames, sizeof *ms, cmp_double);
+        double med = ms[frames / 2];
+        uint64_t bytes = dd_model_weight_bytes_per_frame(m);
+        double floor_ms = bytes / (gbps * 1e9) * 1e3;
+        const char *mname = model ? model : syn;
+        const char *wname = model ? dd_dtype_name(c->weight_type) : dd_dtype_name(w);
+        printf("bench: %s (%s weights), backend %s, batch %d, %d frames (+1 warm-up)\n", mname, wname,
+               dd_backend_name(used), batch, frames);
+        printf("  ms/frame       median %.3f  (min %.3f, max %.3f)\n", med, ms[0], ms[frames - 1]);
+        printf("  stream-frames  %.1f /s  (real-time factor %.4f per stream at 80 ms/frame)\n", batch * 1000.0 / med,
+               med / 80.0);
+        printf("  weights        %.1f MB read per frame -> %.2f GB/s achieved\n", bytes / 1e6, bytes / (med * 1e6));
+        printf("  read bandwidth %.2f GB/s measured now (%s) -> floor %.3f ms/frame, ratio to floor %.3f\n", gbps,
+               used == DD_BACKEND_CUDA ? "device-to-device copy" : "streaming read", floor_ms, med / floor_ms);
+        if (js) {
+            char tmp[1100];
+            snprintf(tmp, sizeof tmp, "%s.tmp.%d", js, (int)getpid());
+            FILE *fp = fopen(tmp, "w");
+            int ok = fp != NULL;
+            if (fp) {
+                time_t now = time(NULL);
+                char date[32];
+                strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+                ok = fprintf(fp,
+                             "{\"backend\": \"%s\", \"model\": \"%s\", \"weights\": \"%s\", \"batch\": %d, "
+                             "\"frames\": %d, \"threads\": %d, \"ms_per_frame\": %.6f, \"ms_min\": %.6f, "
+                             "\"ms_max\": %.6f, \"stream_frames_per_s\": %.3f, \"weight_bytes_per_frame\": %llu, "
+                             "\"read_GBps\": %.3f, \"floor_ms_per_frame\": %.6f, \"ratio_to_floor\": %.4f, "
+                             "\"date\": \"%s\"}\n",
+                             dd_backend_name(used), mname, wname, batch, frames, threads, med, ms[0], ms[frames - 1],
+                             batch * 1000.0 / med, (unsigned long long)bytes, gbps, floor_ms, med / floor_ms,
+                             date) > 0;
+                ok = (fclose(fp) == 0) && ok;
+            }
+            if (!ok || rename(tmp, js) != 0) {
+                fprintf(stderr, "depthdec: %s: %s\n", js, strerror(errno));
+                remove(tmp);
+                rc = 1;
+            }
+        }
+    }
+    free(h);
+    free(c0);
+    free(codes);
+    free(seeds);
+    free(fidx);
+    free(ms);
+    dd_decoder_free(d);
+    dd_model_free(m);
+    return rc;
+}
+
+/* ---- export ---------------------------------------------------------------------------------------------- */
+
+static int cmd_export(opts *o) {
+    if (opt_flag(o, "--help")) {
+        printf("usage: depthdec export (--synthetic gpt|csm|tiny-gpt|tiny-llama [--weights W] | --model M) --out F\n"
+               "Writes the model as a native .safetensors file (config in __metadata__), e.g. for other engines.\n");
+        return 0;
+    }
+    const char *model = opt_str(o, "--model"), *syn = opt_str(o, "--synthetic"), *wt = opt_str(o, "--weights"),
+               *out = opt_str(o, "--out");
+    const char *pos[1];
+    if (positionals(o, pos, 0)) die_usage("export takes no positional arguments");
+    if (!out || (!model == !syn)) die_usage("export needs --out and one of --synthetic or --model");
+    dd_dtype w = wt ? parse_weights(wt) : DD_BF16;
+    dd_model *m;
+    dd_error e;
+    if (model ? dd_model_load(&m, model, &e) : dd_model_synthetic(&m, syn, w, 0, &e)) return fail(&e);
+    int rc = dd_model_save(m, out, &e) ? fail(&e) : 0;
+    dd_model_free(m);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fputs(USAGE, stderr);
+        return EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        fputs(USAGE, stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "--version")) {
+        printf("depthdec %s\n", DD_VERSION_STRING);
+        return 0;
+    }
+    int *used = calloc((size_t)argc, sizeof *used);
+    if (!used) return 1;
+    opts o = {argc - 2, argv + 2, used};
+    int rc;
+    if (!strcmp(cmd, "info")) rc = cmd_info(&o);
+    else if (!strcmp(cmd, "demo")) rc = cmd_demo(&o);
+    else if (!strcmp(cmd, "generate")) rc = cmd_generate(&o);
+    else if (!strcmp(cmd, "score")) rc = cmd_score(&o);
+    else if (!strcmp(cmd, "bench")) rc = cmd_bench(&o);
+    else if (!strcmp(cmd, "export")) rc = cmd_export(&o);
+    else {
+        free(used);
+        die_usage("unknown command '%s'", cmd);
+        return EXIT_USAGE;
+    }
+    free(used);
+    return rc;
+}
