@@ -105,6 +105,24 @@ uint64_t dd_model_weight_bytes(const dd_model *m);
  * no file behind. Used to hand the synthetic models to other programs. */
 dd_status dd_model_save(const dd_model *m, const char *path, dd_error *err);
 
+/* Write any loaded model (native or HF CSM) as a native-layout .safetensors file, optionally MLX-affine quantized
+ * (what `depthdec quantize` does). bits 0 = keep types; 8 or 4 quantize the layer matrices, in_proj, head0 and
+ * heads (and the code embeddings when `embeddings`) with MLX's rule, group 32/64/128, scales/biases stored as
+ * scale_type (f32 default; f16/bf16 round the scale itself). Norms and biases are written as float32. A CSM model's
+ * input-space code table is written as in(table) in model space (changes rounding slightly). Atomic. */
+typedef struct dd_export_params {
+    int bits;
+    int group;
+    int embeddings;
+    dd_dtype scale_type;
+    void (*progress)(void *ctx, int done, int total); /* called after each matrix; may be NULL */
+    void *progress_ctx;
+} dd_export_params;
+dd_export_params dd_export_default_params(void); /* bits 0, group 64, embeddings 0, scale_type f32 */
+dd_status dd_model_export(const dd_model *m, const char *path, const dd_export_params *p, dd_error *err);
+/* The same image loaded back in memory as a new model (free with dd_model_free): a quantized copy. */
+dd_status dd_model_export_mem(dd_model **out, const dd_model *m, const dd_export_params *p, dd_error *err);
+
 /* ---- decoder ---------------------------------------------------------------------------------------------- */
 
 typedef enum dd_backend { DD_BACKEND_AUTO = 0, DD_BACKEND_REF = 1, DD_BACKEND_CPU = 2, DD_BACKEND_CUDA = 3 } dd_backend;

@@ -15,7 +15,7 @@ void dd_quantize_row(const float *w, int64_t K, int bits, int group, uint32_t *q
             mx = fmaxf(mx, x[i]);
         }
         float s = fmaxf((mx - mn) / qmax, 1e-7f);
-        int edge_is_max = fabsf(mx) > fabsf(mn);
+        int edge_is_max = !(fabsf(mn) > fabsf(mx)); /* ties: the max is the edge, as MLX */
         float edge = edge_is_max ? mx : mn;
         if (edge_is_max) s = -s;
         float q0 = nearbyintf(edge / s), bias = 0.0f;

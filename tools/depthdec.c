@@ -26,6 +26,9 @@ static const char *USAGE =
     "  bench [--model M | --synthetic gpt|csm] [--weights f32|f16|bf16|q8|q4] [--batch B] [--frames N]\n"
     "        [--backend B] [--threads N] [--json FILE]\n"
     "  export (--synthetic gpt|csm|tiny-gpt|tiny-llama [--weights W] | --model M) --out FILE.safetensors\n"
+    "  quantize IN OUT --bits 8|4 [--group-size 32|64|128] [--embeddings] [--scale-type f32|f16|bf16]\n"
+    "  quality (MODEL | --synthetic gpt|csm|tiny-gpt|tiny-llama) [--group-size G] [--rows N] [--backend B]\n"
+    "          [--hidden H.npy --codes C.npy]   8- and 4-bit logit error and top-1 agreement per level\n"
     "\n"
     "MODEL is a native .safetensors file or an HF CSM directory (config.json + model.safetensors[.index.json]).\n"
     "Backends: auto (default: cuda if built and a GPU is present, else cpu, else ref), ref, cpu, cuda.\n"
@@ -589,7 +592,182 @@ static int cmd_export(opts *o) {
     dd_model *m;
     dd_error e;
     if (model ? dd_model_load(&m, model, &e) : dd_model_synthetic(&m, syn, w, 0, &e)) return fail(&e);
-    int rc = dd_model_save(m, out, &e) ? fail(&e) : 0;
+    int rc = dd_model_export(m, out, NULL, &e) ? fail(&e) : 0;
+    dd_model_free(m);
+    return rc;
+}
+
+/* ---- quantize -------------------------------------------------------------------------------------------- */
+
+static void progress(void *ctx, int done, int total) {
+    (void)ctx;
+    fprintf(stderr, "\rdepthdec: quantizing: %d/%d matrices", done, total);
+    if (done == total) fprintf(stderr, "\n");
+}
+
+static dd_export_params quant_params(opts *o, int need_bits) {
+    const char *bits = opt_str(o, "--bits"), *gs = opt_str(o, "--group-size"), *st = opt_str(o, "--scale-type");
+    dd_export_params p = dd_export_default_params();
+    if (need_bits && !bits) die_usage("quantize needs --bits 8 or --bits 4");
+    if (bits) {
+        p.bits = (int)parse_int("--bits", bits, 0, 64);
+        if (p.bits != 8 && p.bits != 4) die_usage("--bits %s: want 8 or 4", bits);
+    }
+    if (gs) {
+        p.group = (int)parse_int("--group-size", gs, 0, 1 << 20);
+        if (p.group != 32 && p.group != 64 && p.group != 128) die_usage("--group-size %s: want 32, 64 or 128", gs);
+    }
+    if (st) {
+        p.scale_type = parse_weights(st);
+        if (p.scale_type != DD_F32 && p.scale_type != DD_F16 && p.scale_type != DD_BF16)
+            die_usage("--scale-type %s: want f32, f16 or bf16", st);
+    }
+    p.embeddings = opt_flag(o, "--embeddings");
+    return p;
+}
+
+static int cmd_quantize(opts *o) {
+    if (opt_flag(o, "--help")) {
+        printf("usage: depthdec quantize IN OUT --bits 8|4 [--group-size 32|64|128] [--embeddings]\n"
+               "       [--scale-type f32|f16|bf16]\n"
+               "Writes OUT, a native .safetensors with MLX affine weights (X.weight U32, X.scales, X.biases) for the\n"
+               "layer matrices, in_proj, head0 and heads (and the code embeddings with --embeddings). IN is any\n"
+               "model depthdec loads. Default group size 64, scales/biases float32.\n");
+        return 0;
+    }
+    dd_export_params p = quant_params(o, 1);
+    const char *pos[2];
+    if (positionals(o, pos, 2) != 2) die_usage("quantize needs IN and OUT");
+    dd_model *m;
+    dd_error e;
+    if (dd_model_load(&m, pos[0], &e)) return fail(&e);
+    if (isatty(2)) p.progress = progress;
+    int rc = dd_model_export(m, pos[1], &p, &e) ? fail(&e) : 0;
+    if (!rc) fprintf(stderr, "depthdec: wrote %s (%d-bit, group %d)\n", pos[1], p.bits, p.group);
+    dd_model_free(m);
+    return rc;
+}
+
+/* ---- quality --------------------------------------------------------------------------------------------- */
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+static int cmd_quality(opts *o) {
+    if (opt_flag(o, "--help")) {
+        printf("usage: depthdec quality (MODEL | --synthetic KIND) [--group-size G] [--rows N] [--backend B]\n"
+               "       [--hidden H.npy --codes C.npy] [--weights W]\n"
+               "Quantizes MODEL in memory to 8 and 4 bits and compares teacher-forced logits with the dense model\n"
+               "on N rows (random hidden states and codes, or the given files): per level, the max and mean of\n"
+               "|logit error| / max|dense logit| and the top-1 agreement.\n");
+        return 0;
+    }
+    dd_export_params p = quant_params(o, 0);
+    const char *syn = opt_str(o, "--synthetic"), *rw = opt_str(o, "--rows"), *hp = opt_str(o, "--hidden"),
+               *cp = opt_str(o, "--codes"), *wt = opt_str(o, "--weights"), *th = opt_str(o, "--threads");
+    dd_backend b = opt_backend(o);
+    const char *pos[1];
+    int np = positionals(o, pos, 1);
+    if ((np == 1) == (syn != NULL)) die_usage("quality needs a MODEL or --synthetic KIND");
+    if (!hp != !cp) die_usage("--hidden and --codes go together");
+    int rows = rw ? (int)parse_int("--rows", rw, 1, 100000) : 16;
+    int threads = th ? (int)parse_int("--threads", th, 0, 1024) : 0;
+    dd_model *m, *mq[2] = {NULL, NULL};
+    dd_error e;
+    if (syn ? dd_model_synthetic(&m, syn, wt ? parse_weights(wt) : DD_BF16, 0, &e) : dd_model_load(&m, pos[0], &e))
+        return fail(&e);
+    const dd_config *c = dd_model_config(m);
+    int Q = c->levels, V = c->codebook_size, rc = 1;
+    int64_t n = rows;
+    float *h = NULL, *ld = NULL, *lq = NULL;
+    int32_t *codes = NULL;
+    if (hp) {
+        if (!(h = read_hidden(hp, c->input_dim, &n)) || !(codes = read_codes(cp, "--codes", 2, (int64_t[]){n, Q})))
+            goto done;
+    } else {
+        h = malloc((size_t)n * c->input_dim * sizeof *h);
+        codes = malloc((size_t)n * Q * sizeof *codes);
+        if (!h || !codes) goto done;
+        fill_hidden(h, (size_t)n * c->input_dim, 99);
+        uint64_t s = 12345;
+        for (int64_t i = 0; i < n * Q; i++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            codes[i] = (int32_t)((s >> 33) % (uint64_t)V);
+        }
+    }
+    size_t nl = (size_t)n * (Q - 1) * V;
+    ld = malloc(nl * sizeof *ld);
+    lq = malloc(nl * sizeof *lq);
+    if (!ld || !lq) goto done;
+    int batch = n < 16 ? (int)n : 16;
+    dd_decoder *d = make_decoder(m, b, batch, threads);
+    if (!d) goto done;
+    int ok = 1;
+    for (int64_t r = 0; r < n && ok; r += batch) {
+        int k = (int)(n - r < batch ? n - r : batch);
+        if (dd_score(d, k, h + r * c->input_dim, codes + r * Q, ld + r * (Q - 1) * V, NULL, &e)) ok = !fail(&e);
+    }
+    printf("quality: %s, %lld rows (%s), backend %s; error = |quantized - dense| / max|dense| per level\n",
+           dd_model_source(m), (long long)n, hp ? "given inputs" : "random hidden states and codes",
+           dd_backend_name(dd_decoder_backend(d)));
+    dd_decoder_free(d);
+    for (int qi = 0; qi < 2 && ok; qi++) {
+        p.bits = qi == 0 ? 8 : 4;
+        if (dd_model_export_mem(&mq[qi], m, &p, &e)) {
+            ok = !fail(&e);
+            break;
+        }
+        dd_decoder *dq = make_decoder(mq[qi], b, batch, threads);
+        if (!dq) {
+            ok = 0;
+            break;
+        }
+        for (int64_t r = 0; r < n && ok; r += batch) {
+            int k = (int)(n - r < batch ? n - r : batch);
+            if (dd_score(dq, k, h + r * c->input_dim, codes + r * Q, lq + r * (Q - 1) * V, NULL, &e)) ok = !fail(&e);
+        }
+        dd_decoder_free(dq);
+        if (!ok) break;
+        printf("\n%d-bit, group %d (scales %s):\n level   max err   mean err   top-1 agree\n", p.bits, p.group,
+               dd_dtype_name(p.scale_type));
+        double wmax = 0, wmean = 0;
+        int64_t agree_all = 0;
+        for (int l = 0; l < Q - 1; l++) {
+            double mx = 0, se = 0, refmax = 0;
+            int64_t agree = 0;
+            for (int64_t r = 0; r < n; r++) {
+                const float *a = ld + ((size_t)r * (Q - 1) + l) * V, *q = lq + ((size_t)r * (Q - 1) + l) * V;
+                for (int v = 0; v < V; v++) refmax = fmax(refmax, fabs(a[v]));
+                agree += argmax(a, V) == argmax(q, V);
+            }
+            for (int64_t r = 0; r < n; r++) {
+                const float *a = ld + ((size_t)r * (Q - 1) + l) * V, *q = lq + ((size_t)r * (Q - 1) + l) * V;
+                for (int v = 0; v < V; v++) {
+                    double d2 = fabs((double)q[v] - a[v]) / refmax;
+                    mx = fmax(mx, d2);
+                    se += d2;
+                }
+            }
+            double mean = se / ((double)n * V);
+            printf("  %3d   %.2e   %.2e   %5.1f%%\n", l + 1, mx, mean, 100.0 * agree / n);
+            wmax = fmax(wmax, mx);
+            wmean += mean / (Q - 1);
+            agree_all += agree;
+        }
+        printf("  all   %.2e   %.2e   %5.1f%%\n", wmax, wmean, 100.0 * agree_all / ((double)n * (Q - 1)));
+    }
+    rc = ok ? 0 : 1;
+done:
+    free(h);
+    free(codes);
+    free(ld);
+    free(lq);
+    dd_model_free(mq[0]);
+    dd_model_free(mq[1]);
     dd_model_free(m);
     return rc;
 }
@@ -618,6 +796,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(cmd, "score")) rc = cmd_score(&o);
     else if (!strcmp(cmd, "bench")) rc = cmd_bench(&o);
     else if (!strcmp(cmd, "export")) rc = cmd_export(&o);
+    else if (!strcmp(cmd, "quantize")) rc = cmd_quantize(&o);
+    else if (!strcmp(cmd, "quality")) rc = cmd_quality(&o);
     else {
         free(used);
         die_usage("unknown command '%s'", cmd);

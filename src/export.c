@@ -1,0 +1,353 @@
+/* Writing models: any loaded model (native or HF CSM) as a native-layout safetensors image, optionally with the
+ * matrices MLX-affine quantized (depthdec quantize). The image goes to a file (atomically) or straight back into
+ * the loader (in-memory quantized copies for the quality report).
+ *
+ * What is written:
+ *   - layer matrices (qkv fused as q rows, k rows, v rows; llama fc1 as gate rows then up rows), in_proj, head0
+ *     and heads: quantized when bits > 0, else in their stored type (an already-quantized input is re-quantized
+ *     from its dequantized values, or kept as it is when bits and group are unchanged);
+ *   - norms, biases, learned positions: float32 (the loader holds them as exact float32 copies);
+ *   - code embeddings in model space, [Q-1, V, D], in their stored type, quantized only with `embeddings`. A CSM
+ *     model's table lives in backbone space and goes through in() every pass; it is written as in(table),
+ *     computed with double accumulation and rounded to the table's type — SPEC §1 allows this; it changes the
+ *     rounding slightly (one extra rounding of each embedding to the stored type).
+ * Scales and biases of quantized tensors are float32 unless asked otherwise: with f16/bf16 scales the rounding of
+ * the scale itself can push values past one quantization step (bf16 keeps 8 bits). */
+#include "config.h"
+#include "model.h"
+#include "quant.h"
+#include "safetensors.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+dd_export_params dd_export_default_params(void) {
+    return (dd_export_params){.bits = 0, .group = 64, .embeddings = 0, .scale_type = DD_F32};
+}
+
+typedef struct writer {
+    dd_st_out *t;
+    int n, cap;
+    void **bufs;
+    int nbufs;
+    const dd_export_params *p;
+    dd_error *err;
+    dd_status st;
+    int done, total; /* progress, in matrices */
+} writer;
+
+static void *wmalloc(writer *w, size_t n) {
+    if (w->st) return NULL;
+    void *p = malloc(n ? n : 1);
+    void **nb = p ? realloc(w->bufs, (size_t)(w->nbufs + 1) * sizeof *nb) : NULL;
+    if (!p || !nb) {
+        free(p);
+        w->st = dd_fail(w->err, DD_ENOMEM, "export: out of memory (%zu bytes)", n);
+        return NULL;
+    }
+    w->bufs = nb;
+    w->bufs[w->nbufs++] = p;
+    return p;
+}
+
+static void wadd(writer *w, const char *name, dd_st_dtype dt, int nd, const int64_t *shape, const void *data) {
+    if (w->st) return;
+    if (w->n == w->cap) {
+        int cap = w->cap ? 2 * w->cap : 64;
+        dd_st_out *nt = realloc(w->t, (size_t)cap * sizeof *nt);
+        if (!nt) {
+            w->st = dd_fail(w->err, DD_ENOMEM, "export: out of memory");
+            return;
+        }
+        w->t = nt;
+        w->cap = cap;
+    }
+    dd_st_out *o = &w->t[w->n++];
+    memset(o, 0, sizeof *o);
+    snprintf(o->name, sizeof o->name, "%s", name);
+    o->dtype = dt;
+    o->ndim = nd;
+    memcpy(o->shape, shape, (size_t)nd * sizeof *shape);
+    o->data = data;
+}
+
+static dd_st_dtype st_type(dd_dtype t) { return t == DD_F16 ? DD_ST_F16 : t == DD_BF16 ? DD_ST_BF16 : DD_ST_F32; }
+
+static void store(dd_dtype t, const float *x, int64_t n, void *out) {
+    for (int64_t i = 0; i < n; i++) {
+        if (t == DD_F32) memcpy((uint8_t *)out + 4 * i, &x[i], 4);
+        else {
+            uint16_t h = t == DD_F16 ? dd_f32_to_f16(x[i]) : dd_f32_to_bf16(x[i]);
+            memcpy((uint8_t *)out + 2 * i, &h, 2);
+        }
+    }
+}
+
+/* A float32 vector (norms, biases) — written exactly. */
+static void put_vec(writer *w, const char *name, const float *v, int64_t n) {
+    if (!v) return;
+    wadd(w, name, DD_ST_F32, 1, &n, v);
+}
+
+/* Matrix `base` from nparts row-concatenated views (all the same cols), with leading shape `lead` (nd-1 dims
+ * whose product is the total rows). quantize: MLX affine with p->bits/group, else stored type kept (parts must
+ * share it; f32 when they do not). */
+static void put_mat(writer *w, const char *base, const dd_weight *const *parts, int nparts, int nd,
+                    const int64_t *lead, int quantize) {
+    if (w->st) return;
+    int64_t rows = 0, K = parts[0]->cols;
+    for (int i = 0; i < nparts; i++) rows += parts[i]->rows;
+    int64_t shape[8];
+    memcpy(shape, lead, (size_t)(nd - 1) * sizeof *lead);
+    char name[200];
+    snprintf(name, sizeof name, "%s.weight", base);
+    const dd_export_params *p = w->p;
+    dd_dtype t = parts[0]->type;
+    for (int i = 1; i < nparts; i++)
+        if (parts[i]->type != t) t = DD_F32;
+    int keep_q = quantize && (t == DD_Q8 || t == DD_Q4) && t == (p->bits == 8 ? DD_Q8 : DD_Q4) &&
+                 parts[0]->group == p->group;
+    for (int i = 1; keep_q && i < nparts; i++) keep_q = parts[i]->group == p->group && parts[i]->sb_type == parts[0]->sb_type;
+    if (quantize && K % p->group) {
+        w->st = dd_fail(w->err, DD_EINVAL, "%s: %lld columns are not divisible by --group-size %d", name,
+                        (long long)K, p->group);
+        return;
+    }
+    float *row = malloc((size_t)K * sizeof *row);
+    if (!row) {
+        w->st = dd_fail(w->err, DD_ENOMEM, "export: out of memory");
+        return;
+    }
+    if (!quantize || keep_q) {
+        /* copy rows as stored (dense of one type, or quantized with the requested bits and group) */
+        int dense = !(t == DD_Q8 || t == DD_Q4);
+        size_t rb = dense ? (size_t)K * (t == DD_F32 ? 4 : 2) : parts[0]->row_bytes;
+        uint8_t *d = wmalloc(w, (size_t)rows * rb), *sc = NULL, *bi = NULL;
+        size_t sbb = dense ? 0 : parts[0]->sb_row_bytes;
+        if (!dense) {
+            sc = wmalloc(w, (size_t)rows * sbb);
+            bi = wmalloc(w, (size_t)rows * sbb);
+        }
+        int64_t r = 0;
+        for (int i = 0; d && (dense || (sc && bi)) && i < nparts; i++) {
+            const dd_weight *pw = parts[i];
+            for (int64_t k = 0; k < pw->rows; k++, r++) {
+                if (dense && pw->type != t) {
+                    dd_weight_row_f32(pw, k, row);
+                    store(t, row, K, d + r * rb);
+                } else {
+                    memcpy(d + r * rb, pw->data + k * pw->row_bytes, rb);
+                }
+                if (!dense) {
+                    memcpy(sc + r * sbb, pw->scales + k * pw->sb_row_bytes, sbb);
+                    memcpy(bi + r * sbb, pw->biases + k * pw->sb_row_bytes, sbb);
+                }
+            }
+        }
+        if (dense) {
+            shape[nd - 1] = K;
+            wadd(w, name, st_type(t), nd, shape, d);
+        } else {
+            shape[nd - 1] = (int64_t)(rb / 4);
+            wadd(w, name, DD_ST_U32, nd, shape, d);
+            shape[nd - 1] = K / parts[0]->group;
+            snprintf(name, sizeof name, "%s.scales", base);
+            wadd(w, name, st_type(parts[0]->sb_type), nd, shape, sc);
+            snprintf(name, sizeof name, "%s.biases", base);
+            wadd(w, name, st_type(parts[0]->sb_type), nd, shape, bi);
+        }
+    } else {
+        int bits = p->bits, group = p->group;
+        int64_t words = K * bits / 32, ng = K / group;
+        size_t ss = p->scale_type == DD_F32 ? 4 : 2;
+        uint32_t *q = wmalloc(w, (size_t)rows * words * 4);
+        uint8_t *sc = wmalloc(w, (size_t)rows * ng * ss), *bi = wmalloc(w, (size_t)rows * ng * ss);
+        float *fs = malloc((size_t)ng * 4), *fb = malloc((size_t)ng * 4);
+        int64_t r = 0;
+        if (!fs || !fb) w->st = dd_fail(w->err, DD_ENOMEM, "export: out of memory");
+        for (int i = 0; !w->st && i < nparts; i++)
+            for (int64_t k = 0; k < parts[i]->rows; k++, r++) {
+                dd_weight_row_f32(parts[i], k, row);
+                dd_quantize_row(row, K, bits, group, q + r * words, fs, fb);
+                store(p->scale_type, fs, ng, sc + (size_t)r * ng * ss);
+                store(p->scale_type, fb, ng, bi + (size_t)r * ng * ss);
+            }
+        free(fs);
+        free(fb);
+        shape[nd - 1] = words;
+        wadd(w, name, DD_ST_U32, nd, shape, q);
+        shape[nd - 1] = ng;
+        snprintf(name, sizeof name, "%s.scales", base);
+        wadd(w, name, st_type(p->scale_type), nd, shape, sc);
+        snprintf(name, sizeof name, "%s.biases", base);
+        wadd(w, name, st_type(p->scale_type), nd, shape, bi);
+    }
+    free(row);
+    w->done++;
+    if (p->progress) p->progress(p->progress_ctx, w->done, w->total);
+}
+
+/* CSM: code embeddings of levels 0..Q-2 mapped into model space, in(table[c + j*V]) = in_proj . row (no bias). */
+static dd_weight model_space_embed(writer *w, const dd_model *m) {
+    const dd_config *c = &m->cfg;
+    int64_t rows = (int64_t)(c->levels - 1) * c->codebook_size, D = c->dim, I = c->input_dim;
+    dd_dtype t = (m->embed.type == DD_Q8 || m->embed.type == DD_Q4) ? DD_F32 : m->embed.type;
+    size_t es = t == DD_F32 ? 4 : 2;
+    uint8_t *out = wmalloc(w, (size_t)rows * D * es);
+    float *src = malloc((size_t)I * 4), *wr = malloc((size_t)I * 4), *y = malloc((size_t)D * 4);
+    if (out && src && wr && y) {
+        for (int64_t r = 0; r < rows; r++) {
+            dd_weight_row_f32(&m->embed, r, src);
+            for (int64_t d = 0; d < D; d++) {
+                dd_weight_row_f32(&m->in_proj, d, wr);
+                double acc = 0;
+                for (int64_t k = 0; k < I; k++) acc += (double)wr[k] * src[k];
+                y[d] = (float)acc;
+            }
+            store(t, y, D, out + (size_t)r * D * es);
+        }
+    } else if (!w->st) {
+        w->st = dd_fail(w->err, DD_ENOMEM, "export: out of memory");
+    }
+    free(src);
+    free(wr);
+    free(y);
+    return (dd_weight){.type = t, .rows = rows, .cols = D, .data = out, .row_bytes = (size_t)D * es};
+}
+
+static void config_json(const dd_model *m, const dd_export_params *p, char *buf, size_t n) {
+    const dd_config *c = &m->cfg;
+    char rope[400] = "null", quant[128] = "";
+    if (c->has_rope && c->rope_scaling)
+        snprintf(rope, sizeof rope,
+                 "{\"theta\":%.17g,\"scaling\":{\"factor\":%.17g,\"low_freq_factor\":%.17g,\"high_freq_factor\":%.17g,"
+                 "\"original_max_position_embeddings\":%.17g}}",
+                 c->rope_theta, c->rope_factor, c->rope_low_freq_factor, c->rope_high_freq_factor,
+                 c->rope_original_max_pos);
+    else if (c->has_rope)
+        snprintf(rope, sizeof rope, "{\"theta\":%.17g,\"scaling\":null}", c->rope_theta);
+    int bits = p->bits ? p->bits : c->quant_bits, group = p->bits ? p->group : c->quant_group;
+    if (bits) snprintf(quant, sizeof quant, ",\"quantization\":{\"group_size\":%d,\"bits\":%d,\"mode\":\"affine\"}",
+                       group, bits);
+    snprintf(buf, n,
+             "{\"format\":\"depthdec\",\"version\":1,\"block\":\"%s\",\"levels\":%d,\"codebook_size\":%d,"
+             "\"input_dim\":%d,\"dim\":%d,\"layers\":%d,\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"ffn_dim\":%d,"
+             "\"norm_eps\":%.9g,\"rope\":%s%s}",
+             c->block == DD_BLOCK_GPT ? "gpt" : "llama", c->levels, c->codebook_size, c->input_dim, c->dim, c->layers,
+             c->heads, c->kv_heads, c->head_dim, c->ffn_dim, (double)c->norm_eps, rope, quant);
+}
+
+static dd_status build_image(const dd_model *m, const dd_export_params *p, uint8_t **img, size_t *size,
+                             dd_error *err) {
+    const dd_config *c = &m->cfg;
+    if (p->bits != 0 && p->bits != 8 && p->bits != 4)
+        return dd_fail(err, DD_EINVAL, "--bits %d: want 8 or 4", p->bits);
+    if (p->bits && p->group != 32 && p->group != 64 && p->group != 128)
+        return dd_fail(err, DD_EINVAL, "--group-size %d: want 32, 64 or 128", p->group);
+    if (p->bits && p->scale_type != DD_F32 && p->scale_type != DD_F16 && p->scale_type != DD_BF16)
+        return dd_fail(err, DD_EINVAL, "scale type %s: want f32, f16 or bf16", dd_dtype_name(p->scale_type));
+    writer w = {.p = p, .err = err, .total = 7 * c->layers + 3};
+    int q = p->bits != 0;
+    int64_t Q = c->levels, V = c->codebook_size, D = c->dim;
+    char nm[200];
+    if (c->has_head0) put_mat(&w, "head0", (const dd_weight *[]){&m->head0}, 1, 2, (int64_t[]){V}, q);
+    if (c->has_in_proj) put_mat(&w, "in_proj", (const dd_weight *[]){&m->in_proj}, 1, 2, (int64_t[]){D}, q);
+    put_vec(&w, "in_proj.bias", m->in_bias, D);
+    dd_weight emb = c->embed_in_input_space ? model_space_embed(&w, m) : m->embed;
+    put_mat(&w, "embed", (const dd_weight *[]){&emb}, 1, 3, (int64_t[]){Q - 1, V}, q && p->embeddings);
+    if (m->pos) wadd(&w, "pos.weight", DD_ST_F32, 2, (int64_t[]){Q, D}, m->pos);
+    int gpt = c->block == DD_BLOCK_GPT;
+    int64_t qkv_n = (int64_t)(c->heads + 2 * c->kv_heads) * c->head_dim;
+    float *qkv_b = NULL;
+    for (int i = 0; i < c->layers && !w.st; i++) {
+        const dd_layer *l = &m->layer[i];
+#define NM(fmt) (snprintf(nm, sizeof nm, "layers.%d." fmt, i), nm)
+        put_vec(&w, NM("norm1.weight"), l->norm1_w, D);
+        put_vec(&w, NM("norm1.bias"), l->norm1_b, D);
+        put_mat(&w, NM("qkv"), (const dd_weight *[]){&l->wq, &l->wk, &l->wv}, 3, 2, (int64_t[]){qkv_n}, q);
+        if (l->bq) {
+            qkv_b = wmalloc(&w, (size_t)qkv_n * 4);
+            if (qkv_b) {
+                int64_t nq = l->wq.rows, nk = l->wk.rows;
+                memcpy(qkv_b, l->bq, (size_t)nq * 4);
+                memcpy(qkv_b + nq, l->bk, (size_t)nk * 4);
+                memcpy(qkv_b + nq + nk, l->bv, (size_t)nk * 4);
+                put_vec(&w, NM("qkv.bias"), qkv_b, qkv_n);
+            }
+        }
+        put_mat(&w, NM("out"), (const dd_weight *[]){&l->wo}, 1, 2, (int64_t[]){D}, q);
+        put_vec(&w, NM("out.bias"), l->bo, D);
+        put_vec(&w, NM("norm2.weight"), l->norm2_w, D);
+        put_vec(&w, NM("norm2.bias"), l->norm2_b, D);
+        if (gpt) put_mat(&w, NM("fc1"), (const dd_weight *[]){&l->fc1}, 1, 2, (int64_t[]){c->ffn_dim}, q);
+        else put_mat(&w, NM("fc1"), (const dd_weight *[]){&l->fc1, &l->up}, 2, 2, (int64_t[]){2 * c->ffn_dim}, q);
+        put_vec(&w, NM("fc1.bias"), l->b1, c->ffn_dim);
+        put_mat(&w, NM("fc2"), (const dd_weight *[]){&l->fc2}, 1, 2, (int64_t[]){D}, q);
+        put_vec(&w, NM("fc2.bias"), l->b2, D);
+#undef NM
+    }
+    put_vec(&w, "norm.weight", m->norm_w, D);
+    put_vec(&w, "norm.bias", m->norm_b, D);
+    put_mat(&w, "heads", (const dd_weight *[]){&m->heads}, 1, 3, (int64_t[]){Q - 1, V}, q);
+    char cfg[1200];
+    config_json(m, p, cfg, sizeof cfg);
+    dd_status s = w.st;
+    if (!s) s = dd_st_serialize(w.t, w.n, "depthdec.config", cfg, img, size, err);
+    for (int i = 0; i < w.nbufs; i++) free(w.bufs[i]);
+    free(w.bufs);
+    free(w.t);
+    return s;
+}
+
+dd_status dd_model_export(const dd_model *m, const char *path, const dd_export_params *p, dd_error *err) {
+    dd_error_clear(err);
+    if (!m || !path) return dd_fail(err, DD_EINVAL, "dd_model_export: NULL argument");
+    dd_export_params dp = p ? *p : dd_export_default_params();
+    uint8_t *img;
+    size_t size;
+    dd_status s = build_image(m, &dp, &img, &size, err);
+    if (s) return s;
+    s = dd_write_file_atomic(path, img, size, err);
+    free(img);
+    return s;
+}
+
+dd_status dd_model_export_mem(dd_model **out, const dd_model *m, const dd_export_params *p, dd_error *err) {
+    dd_error_clear(err);
+    if (!out || !m) return dd_fail(err, DD_EINVAL, "dd_model_export_mem: NULL argument");
+    *out = NULL;
+    dd_export_params dp = p ? *p : dd_export_default_params();
+    uint8_t *img;
+    size_t size;
+    dd_status s = build_image(m, &dp, &img, &size, err);
+    if (s) return s;
+    dd_model *n = calloc(1, sizeof *n);
+    dd_st_file *f = n ? calloc(1, sizeof *f) : NULL;
+    if (!f) {
+        free(n);
+        free(img);
+        return dd_fail(err, DD_ENOMEM, "export: out of memory");
+    }
+    n->maps = f;
+    snprintf(n->source, sizeof n->source, "%.480s (%s)", m->source,
+             dp.bits == 8 ? "q8" : dp.bits == 4 ? "q4" : "re-exported");
+    s = dd_st_open_mem(f, n->source, img, size, err);
+    if (!s) {
+        n->nmaps = 1;
+        json_error_t je;
+        json_t *cj = json_loads(dd_st_meta(f, "depthdec.config"), 0, &je);
+        s = cj ? dd_config_parse_native(n->source, cj, &n->cfg, err) : dd_fail(err, DD_EMODEL, "export: config");
+        json_decref(cj);
+    }
+    if (!s) s = dd_model_load_from_maps(n, n->source, 0, err);
+    if (s) {
+        dd_model_free(n);
+        return s;
+    }
+    *out = n;
+    return DD_OK;
+}
