@@ -3,7 +3,8 @@
 
 CC       ?= gcc
 CFLAGS   ?= -O2 -g
-CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -pthread -ffp-contract=off \
+# The flags the code needs are appended even when CFLAGS is given on the command line (make CFLAGS=-O1 ...).
+override CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -pthread -ffp-contract=off \
             -Iinclude -Isrc
 LDLIBS   += -ljansson -lm -pthread
 BUILD    ?= build
@@ -22,7 +23,7 @@ CUDA_HOME ?= /usr/local/cuda
 CU_SRC    := $(wildcard src/cuda/*.cu)
 CU_OBJ    := $(CU_SRC:src/cuda/%.cu=$(BUILD)/cuobj/%.o)
 LIB_OBJ   += $(CU_OBJ)
-CFLAGS    += -DDD_WITH_CUDA=1
+override CFLAGS += -DDD_WITH_CUDA=1
 LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart -lstdc++
 NVFLAGS   ?= -O3 -arch=$(CUDA_ARCH) -Xcompiler -fPIC -Iinclude -Isrc -fmad=false --std=c++17
 endif
@@ -53,8 +54,9 @@ $(BUILD)/tobj/%.o: tests/%.c $(wildcard tests/*.h src/*.h) include/depthdec.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -c $< -o $@
 
-$(BUILD)/test_%: tests/test_%.c $(TEST_COMMON_OBJ) $(BUILD)/libdepthdec.a $(wildcard tests/*.h)
-	$(CC) $(CFLAGS) -Itests -o $@ $< $(TEST_COMMON_OBJ) $(BUILD)/libdepthdec.a $(LDFLAGS) $(LDLIBS) -lcmocka
+# Tests that run the CLI find it through DD_CLI (the binary of the same build).
+$(BUILD)/test_%: tests/test_%.c $(TEST_COMMON_OBJ) $(BUILD)/libdepthdec.a $(BUILD)/depthdec $(wildcard tests/*.h)
+	$(CC) $(CFLAGS) -Itests -DDD_CLI='"$(BUILD)/depthdec"' -o $@ $< $(TEST_COMMON_OBJ) $(BUILD)/libdepthdec.a $(LDFLAGS) $(LDLIBS) -lcmocka
 
 # Each test binary runs from the repository root; cmocka prints a summary per binary, this prints the total.
 test: all
@@ -62,3 +64,19 @@ test: all
 
 clean:
 	rm -rf $(BUILD)
+
+# ---- fuzzing (fuzz/): libFuzzer harnesses, clang -fsanitize=fuzzer,address,undefined. The library is rebuilt into
+# $(FUZZ_BUILD) with the same sanitizers plus fuzzer coverage; `scripts/sanitize.sh` runs the harnesses.
+#   make fuzz && build-fuzz/fuzz_model -max_total_time=60 fuzz/corpus/fuzz_model
+FUZZ_CC    ?= clang
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SAN   := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZERS    := $(FUZZ_BUILD)/fuzz_model $(FUZZ_BUILD)/fuzz_npy
+.PHONY: fuzz
+fuzz:
+	CFLAGS="-O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link" LDFLAGS="$(FUZZ_SAN)" \
+	    $(MAKE) CC=$(FUZZ_CC) BUILD=$(FUZZ_BUILD) $(FUZZ_BUILD)/libdepthdec.a
+	for f in $(FUZZERS); do \
+	    $(FUZZ_CC) -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer -std=c11 -D_GNU_SOURCE -Wall -Wextra -Iinclude -Isrc \
+	        -o $$f fuzz/$${f##*/}.c $(FUZZ_BUILD)/libdepthdec.a -ljansson -lm -pthread || exit 1; \
+	done

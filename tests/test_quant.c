@@ -237,12 +237,12 @@ static void test_bad_arguments(void **st) {
     assert_int_equal(access(path, F_OK), -1); /* nothing written */
     dd_model_free(m);
     /* the CLI refuses them as usage errors */
-    assert_int_equal(system("./build/depthdec quantize tests/fixtures/gpt_f16.safetensors /tmp/x.st --bits 3 "
-                            "2>/dev/null") >> 8, 2);
-    assert_int_equal(system("./build/depthdec quantize tests/fixtures/gpt_f16.safetensors /tmp/x.st --bits 8 "
-                            "--group-size 48 2>/dev/null") >> 8, 2);
-    assert_int_equal(system("./build/depthdec quantize tests/fixtures/gpt_f16.safetensors /tmp/dd_q_nd.st --bits 4 "
-                            "--group-size 128 2>/dev/null") >> 8, 1);
+    assert_int_equal(system(DD_CLI " quantize tests/fixtures/gpt_f16.safetensors /tmp/x.st --bits 3 2>/dev/null") >> 8,
+                     2);
+    assert_int_equal(system(DD_CLI " quantize tests/fixtures/gpt_f16.safetensors /tmp/x.st --bits 8 --group-size 48 "
+                                   "2>/dev/null") >> 8, 2);
+    assert_int_equal(system(DD_CLI " quantize tests/fixtures/gpt_f16.safetensors /tmp/dd_q_nd.st --bits 4 "
+                                   "--group-size 128 2>/dev/null") >> 8, 1);
     assert_int_equal(access("/tmp/dd_q_nd.st", F_OK), -1);
 }
 
