@@ -115,6 +115,8 @@ typedef struct dd_export_params {
     int group;
     int embeddings;
     dd_dtype scale_type;
+    int convert;         /* bits 0 only: 1 = store every matrix as `dense_type` (dequantizing quantized ones) */
+    dd_dtype dense_type; /* f32, f16 or bf16 */
     void (*progress)(void *ctx, int done, int total); /* called after each matrix; may be NULL */
     void *progress_ctx;
 } dd_export_params;

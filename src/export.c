@@ -109,6 +109,7 @@ static void put_mat(writer *w, const char *base, const dd_weight *const *parts, 
     dd_dtype t = parts[0]->type;
     for (int i = 1; i < nparts; i++)
         if (parts[i]->type != t) t = DD_F32;
+    if (!quantize && p->convert) t = p->dense_type;
     int keep_q = quantize && (t == DD_Q8 || t == DD_Q4) && t == (p->bits == 8 ? DD_Q8 : DD_Q4) &&
                  parts[0]->group == p->group;
     for (int i = 1; keep_q && i < nparts; i++) keep_q = parts[i]->group == p->group && parts[i]->sb_type == parts[0]->sb_type;
@@ -230,7 +231,7 @@ static void config_json(const dd_model *m, const dd_export_params *p, char *buf,
                  c->rope_original_max_pos);
     else if (c->has_rope)
         snprintf(rope, sizeof rope, "{\"theta\":%.17g,\"scaling\":null}", c->rope_theta);
-    int bits = p->bits ? p->bits : c->quant_bits, group = p->bits ? p->group : c->quant_group;
+    int bits = p->bits ? p->bits : p->convert ? 0 : c->quant_bits, group = p->bits ? p->group : c->quant_group;
     if (bits) snprintf(quant, sizeof quant, ",\"quantization\":{\"group_size\":%d,\"bits\":%d,\"mode\":\"affine\"}",
                        group, bits);
     snprintf(buf, n,
@@ -248,6 +249,8 @@ static dd_status build_image(const dd_model *m, const dd_export_params *p, uint8
         return dd_fail(err, DD_EINVAL, "--bits %d: want 8 or 4", p->bits);
     if (p->bits && p->group != 32 && p->group != 64 && p->group != 128)
         return dd_fail(err, DD_EINVAL, "--group-size %d: want 32, 64 or 128", p->group);
+    if (p->convert && (p->bits || (p->dense_type != DD_F32 && p->dense_type != DD_F16 && p->dense_type != DD_BF16)))
+        return dd_fail(err, DD_EINVAL, "convert: dense type must be f32, f16 or bf16, without quantization");
     if (p->bits && p->scale_type != DD_F32 && p->scale_type != DD_F16 && p->scale_type != DD_BF16)
         return dd_fail(err, DD_EINVAL, "scale type %s: want f32, f16 or bf16", dd_dtype_name(p->scale_type));
     writer w = {.p = p, .err = err, .total = 7 * c->layers + 3};

@@ -472,6 +472,9 @@ static dd_status check_types(loader *L, dd_error *err) {
     if (!c->has_in_proj && c->input_dim != c->dim)
         return dd_fail(err, DD_EMODEL, "%s: no in_proj but input_dim %d != dim %d", L->label, c->input_dim, c->dim);
     c->weight_type = m->layer[0].wq.type;
+    /* what `info` reports is what the layer matrices are, whatever the config claimed (tensors were checked
+     * against the config's bits and group as they were read) */
+    c->quant_bits = c->quant_group = 0;
     for (int i = 0; i < c->layers; i++) {
         const dd_layer *l = &m->layer[i];
         const dd_weight *ws[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->fc1, &l->fc2};

@@ -25,7 +25,8 @@ static const char *USAGE =
     "  score --model M --hidden H.npy --codes C.npy --out LOGITS.npy [--logits0 L0.npy] [--backend B]\n"
     "  bench [--model M | --synthetic gpt|csm] [--weights f32|f16|bf16|q8|q4] [--batch B] [--frames N]\n"
     "        [--backend B] [--threads N] [--json FILE]\n"
-    "  export (--synthetic gpt|csm|tiny-gpt|tiny-llama [--weights W] | --model M) --out FILE.safetensors\n"
+    "  export (--synthetic gpt|csm|tiny-gpt|tiny-llama [--weights W] | --model M [--weights f32|f16|bf16])\n"
+    "         --out FILE.safetensors      write a native file (converting/dequantizing with --weights)\n"
     "  quantize IN OUT --bits 8|4 [--group-size 32|64|128] [--embeddings] [--scale-type f32|f16|bf16]\n"
     "  quality (MODEL | --synthetic gpt|csm|tiny-gpt|tiny-llama) [--group-size G] [--rows N] [--backend B]\n"
     "          [--hidden H.npy --codes C.npy]   8- and 4-bit logit error and top-1 agreement per level\n"
@@ -589,10 +590,18 @@ static int cmd_export(opts *o) {
     if (positionals(o, pos, 0)) die_usage("export takes no positional arguments");
     if (!out || (!model == !syn)) die_usage("export needs --out and one of --synthetic or --model");
     dd_dtype w = wt ? parse_weights(wt) : DD_BF16;
+    dd_export_params ep = dd_export_default_params();
+    if (model && wt) {
+        /* --model M --weights f32|f16|bf16: convert every matrix (dequantizing MLX ones) */
+        if (w != DD_F32 && w != DD_F16 && w != DD_BF16) die_usage("export --model: --weights must be f32, f16 or bf16 "
+                                                                 "(use quantize for q8/q4)");
+        ep.convert = 1;
+        ep.dense_type = w;
+    }
     dd_model *m;
     dd_error e;
     if (model ? dd_model_load(&m, model, &e) : dd_model_synthetic(&m, syn, w, 0, &e)) return fail(&e);
-    int rc = dd_model_export(m, out, NULL, &e) ? fail(&e) : 0;
+    int rc = dd_model_export(m, out, &ep, &e) ? fail(&e) : 0;
     dd_model_free(m);
     return rc;
 }
