@@ -102,7 +102,7 @@ uint64_t dd_model_weight_bytes_per_frame(const dd_model *m);
 uint64_t dd_model_weight_bytes(const dd_model *m);
 
 /* Write the model as a native-layout .safetensors file (config in __metadata__), atomically: a failed write leaves
- * no file behind. Used to hand the synthetic models to other programs. */
+ * no file behind. Used to hand the synthetic models to other programs. = dd_model_export(m, path, NULL, err). */
 dd_status dd_model_save(const dd_model *m, const char *path, dd_error *err);
 
 /* Write any loaded model (native or HF CSM) as a native-layout .safetensors file, optionally MLX-affine quantized

@@ -623,11 +623,5 @@ dd_status dd_model_load(dd_model **out, const char *path, dd_error *err) {
     return DD_OK;
 }
 
-/* A native model held in one image (every synthetic model, and a native file) is saved byte for byte. */
-dd_status dd_model_save(const dd_model *m, const char *path, dd_error *err) {
-    dd_error_clear(err);
-    if (!m || !path) return dd_fail(err, DD_EINVAL, "dd_model_save: NULL argument");
-    if (m->nmaps != 1 || m->cfg.embed_in_input_space)
-        return dd_fail(err, DD_EUNSUPPORTED, "%s: only single-file native models can be saved", m->source);
-    return dd_write_file_atomic(path, m->maps[0].map, m->maps[0].size, err);
-}
+/* The same as dd_model_export with default parameters (kept as the short name). */
+dd_status dd_model_save(const dd_model *m, const char *path, dd_error *err) { return dd_model_export(m, path, NULL, err); }
