@@ -7,6 +7,7 @@ CFLAGS   ?= -O2 -g
 override CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -pthread -ffp-contract=off \
             -Iinclude -Isrc
 LDLIBS   += -ljansson -lm -pthread
+override CFLAGS += -DDD_WITH_CPU=1
 BUILD    ?= build
 
 LIB_SRC  := $(wildcard src/*.c)
@@ -27,6 +28,10 @@ override CFLAGS += -DDD_WITH_CUDA=1
 LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart -lstdc++
 NVFLAGS   ?= -O3 -arch=$(CUDA_ARCH) -Xcompiler -fPIC -Iinclude -Isrc -fmad=false --std=c++17
 endif
+
+# CPU backend kernels, one file per instruction set (picked at run time from CPUID): only these get ISA flags.
+$(BUILD)/obj/cpu_kern_avx2.o: override CFLAGS += -mavx2 -mfma -mf16c
+$(BUILD)/obj/cpu_kern_avx512.o: override CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
 
 .PHONY: all lib test clean
 all: lib $(BUILD)/depthdec $(TESTS)

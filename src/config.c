@@ -173,10 +173,9 @@ dd_status dd_config_parse_csm(const char *src, const json_t *o, dd_config *c, dd
     const json_t *rp = json_object_get(d, "rope_parameters");
     const json_t *scal = NULL;
     if (json_is_object(rp)) {
-        if ((st = get_num(src, rp, "rope_theta", NAN, &c->rope_theta, err))) {
-            /* some writers keep theta outside */
-            if ((st = get_num(src, d, "rope_theta", NAN, &c->rope_theta, err))) return st;
-        }
+        /* some writers keep theta outside (decided before parsing, so a success leaves no error behind) */
+        const json_t *th = json_object_get(rp, "rope_theta");
+        if ((st = get_num(src, th && !json_is_null(th) ? rp : d, "rope_theta", NAN, &c->rope_theta, err))) return st;
         scal = rp;
     } else {
         if ((st = get_num(src, d, "rope_theta", 10000.0, &c->rope_theta, err))) return st;

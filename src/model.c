@@ -266,8 +266,10 @@ static dd_status load_mat(loader *L, const char *wname, int64_t nstack, int64_t 
         return dd_fail(err, DD_EMODEL, "%s: quantized tensor '%s': %d dims, expected %d", file, wname, t->ndim, nd + 1);
     int64_t words = t->shape[nd], ngroups = ts->shape[nd];
     int bits = 0;
-    if (words * 32 == cols * 8) bits = 8;
-    else if (words * 32 == cols * 4) bits = 4;
+    /* words*4 == cols (8 bits) or words*8 == cols (4 bits), by division: words comes from the file and may be
+     * huge when another dimension is 0 */
+    if (cols % 4 == 0 && words == cols / 4) bits = 8;
+    else if (cols % 8 == 0 && words == cols / 8) bits = 4;
     if (!bits)
         return dd_fail(err, DD_EMODEL,
                        "%s: quantized tensor '%s': %lld u32 words per row do not pack %lld values at 8 or 4 bits", file,
@@ -335,6 +337,8 @@ static dd_status load_native_tensors(loader *L, dd_error *err) {
         (s = load_vec(L, "norm.bias", D, gpt, &m->norm_b, err)) ||
         (s = load_mat(L, "heads.weight", Q - 1, V, D, 1, &m->heads, err)))
         return s;
+    if (m->in_bias && !m->in_proj.rows)
+        return dd_fail(err, DD_EMODEL, "%s: tensor 'in_proj.bias' without 'in_proj.weight'", L->label);
     const char *file;
     const dd_st_tensor *pt = find(L, "pos.weight", &file);
     if (pt) {
@@ -462,8 +466,10 @@ static dd_status load_csm_tensors(loader *L, dd_error *err) {
     return DD_OK;
 }
 
-/* Every layer matrix must share one storage type (backends dispatch once per model). */
-static dd_status check_types(loader *L, dd_error *err) {
+/* Every layer matrix must share one storage type, and one group size when quantized (backends dispatch once per
+ * model); a config that declares quantization must describe quantized layer matrices. csm picks the tensor
+ * names used in messages. */
+static dd_status check_types(loader *L, int csm, dd_error *err) {
     dd_model *m = L->m;
     dd_config *c = &m->cfg;
     c->has_head0 = m->head0.rows > 0;
@@ -471,20 +477,34 @@ static dd_status check_types(loader *L, dd_error *err) {
     c->has_pos = m->pos != NULL;
     if (!c->has_in_proj && c->input_dim != c->dim)
         return dd_fail(err, DD_EMODEL, "%s: no in_proj but input_dim %d != dim %d", L->label, c->input_dim, c->dim);
-    c->weight_type = m->layer[0].wq.type;
-    /* what `info` reports is what the layer matrices are, whatever the config claimed (tensors were checked
-     * against the config's bits and group as they were read) */
-    c->quant_bits = c->quant_group = 0;
+    const dd_weight *w0 = &m->layer[0].wq;
+    static const char *const nat[7] = {"qkv", "qkv", "qkv", "out", "fc1", "fc1", "fc2"};
+    static const char *const hf[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                                      "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+    const char *pre = csm ? "depth_decoder.model.layers." : "layers.";
+    const char *const *nm = csm ? hf : nat;
     for (int i = 0; i < c->layers; i++) {
         const dd_layer *l = &m->layer[i];
-        const dd_weight *ws[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->fc1, &l->fc2};
-        for (size_t k = 0; k < sizeof ws / sizeof *ws; k++) {
-            if (ws[k]->type == DD_Q8 || ws[k]->type == DD_Q4) {
-                c->quant_bits = ws[k]->type == DD_Q8 ? 8 : 4;
-                c->quant_group = ws[k]->group;
-            }
+        const dd_weight *ws[7] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->fc1, &l->up, &l->fc2};
+        for (int k = 0; k < 7; k++) {
+            if (ws[k]->rows == 0) continue; /* gpt has no separate up */
+            if (ws[k]->type != w0->type || ws[k]->group != w0->group)
+                return dd_fail(err, DD_EMODEL,
+                               "%s: tensor '%s%d.%s.weight' is %s (group %d) but '%s0.%s.weight' is %s (group %d): "
+                               "all layer matrices must share one storage type (group 0: not quantized)",
+                               L->label, pre, i, nm[k], dd_dtype_name(ws[k]->type), ws[k]->group, pre, nm[0],
+                               dd_dtype_name(w0->type), w0->group);
         }
     }
+    c->weight_type = w0->type;
+    int quant = w0->type == DD_Q8 || w0->type == DD_Q4;
+    if (c->quant_bits && !quant)
+        return dd_fail(err, DD_EMODEL, "%s: config declares \"quantization\" (%d-bit) but the layer matrices are %s",
+                       L->label, c->quant_bits, dd_dtype_name(w0->type));
+    /* what `info` reports is what the layer matrices are (quantized tensors were checked against the config's
+     * bits and group as they were read) */
+    c->quant_bits = quant ? (w0->type == DD_Q8 ? 8 : 4) : 0;
+    c->quant_group = quant ? w0->group : 0;
     return DD_OK;
 }
 
@@ -507,13 +527,25 @@ static dd_status add_map(dd_model *m, const char *path, dd_error *err) {
     return DD_OK;
 }
 
-static json_t *load_json(const char *path, dd_error *err) {
+/* A JSON file; *st gets DD_EIO when it is missing, unreadable or not a regular file (a FIFO is never opened, so
+ * never waited on), DD_EFORMAT when it is not valid JSON. The status does not depend on err being NULL. */
+static json_t *load_json(const char *path, dd_status *st, dd_error *err) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        *st = dd_fail(err, DD_EIO, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        *st = dd_fail(err, DD_EIO, "%s: not a regular file", path);
+        return NULL;
+    }
     json_error_t je;
     json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-    if (!j) {
-        if (!is_file(path)) dd_fail(err, DD_EIO, "%s: %s", path, strerror(ENOENT));
-        else dd_fail(err, DD_EMODEL, "%s: JSON: %s (line %d)", path, je.text, je.line);
-    }
+    *st = DD_OK;
+    if (!j && json_error_code(&je) == json_error_cannot_open_file)
+        *st = dd_fail(err, DD_EIO, "%s: %s", path, je.text);
+    else if (!j)
+        *st = dd_fail(err, DD_EFORMAT, "%s: JSON: %s (line %d)", path, je.text, je.line);
     return j;
 }
 
@@ -521,16 +553,20 @@ static json_t *load_json(const char *path, dd_error *err) {
 static dd_status open_hf_dir(dd_model *m, const char *dir, dd_error *err) {
     char path[1200];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    json_t *cj = load_json(path, err);
-    if (!cj) return err ? err->code : DD_EIO;
-    dd_status s = dd_config_parse_csm(path, cj, &m->cfg, err);
+    dd_status s;
+    json_t *cj = load_json(path, &s, err);
+    if (!cj) return s;
+    s = dd_config_parse_csm(path, cj, &m->cfg, err);
     json_decref(cj);
     if (s) return s;
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if (is_file(path)) return add_map(m, path, err);
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-    json_t *ij = load_json(path, err);
-    if (!ij) return dd_fail(err, DD_EIO, "%s: neither model.safetensors nor model.safetensors.index.json found", dir);
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return dd_fail(err, DD_EIO, "%s: neither model.safetensors nor model.safetensors.index.json found", dir);
+    json_t *ij = load_json(path, &s, err);
+    if (!ij) return s;
     json_t *wm = json_object_get(ij, "weight_map");
     if (!json_is_object(wm)) {
         json_decref(ij);
@@ -542,7 +578,8 @@ static dd_status open_hf_dir(dd_model *m, const char *dir, dd_error *err) {
     json_object_foreach(wm, key, v) {
         const char *shard = json_string_value(v);
         if (!shard || strchr(shard, '/') || strcmp(shard, "..") == 0 || !*shard) {
-            s = dd_fail(err, DD_EMODEL, "%s: weight_map['%s']: shard must be a plain file name", path, key);
+            s = dd_fail(err, DD_EMODEL, "%s: weight_map['%s']: shard '%s' must be a plain file name", path, key,
+                        shard ? shard : "(not a string)");
             break;
         }
         char sp[1200];
@@ -575,15 +612,15 @@ static dd_status open_native(dd_model *m, const char *path, dd_error *err) {
         json_error_t je;
         snprintf(src, sizeof src, "%s: __metadata__[depthdec.config]", path);
         cj = json_loads(meta, JSON_REJECT_DUPLICATES, &je);
-        if (!cj) return dd_fail(err, DD_EMODEL, "%s: JSON: %s", src, je.text);
+        if (!cj) return dd_fail(err, DD_EFORMAT, "%s: JSON: %s", src, je.text);
     } else {
         const char *slash = strrchr(path, '/');
         int dl = slash ? (int)(slash - path) : 1;
         snprintf(src, sizeof src, "%.*s/config.json", dl, slash ? path : ".");
         if (!is_file(src))
             return dd_fail(err, DD_EMODEL, "%s: no __metadata__[\"depthdec.config\"] and no %s beside it", path, src);
-        cj = load_json(src, err);
-        if (!cj) return err ? err->code : DD_EMODEL;
+        cj = load_json(src, &s, err);
+        if (!cj) return s;
     }
     s = dd_config_parse_native(src, cj, &m->cfg, err);
     json_decref(cj);
@@ -596,7 +633,7 @@ dd_status dd_model_load_from_maps(dd_model *m, const char *label, int csm, dd_er
     m->layer = calloc((size_t)m->cfg.layers, sizeof *m->layer);
     if (!m->layer) return dd_fail(err, DD_ENOMEM, "%s: out of memory", label);
     dd_status s = csm ? load_csm_tensors(&L, err) : load_native_tensors(&L, err);
-    if (!s) s = check_types(&L, err);
+    if (!s) s = check_types(&L, csm, err);
     if (!s && m->cfg.has_rope) s = rope_init(&L, err);
     if (!s && m->cfg.block == DD_BLOCK_GPT && m->cfg.has_rope)
         s = dd_fail(err, DD_EMODEL, "%s: RoPE given for a gpt block (gpt uses learned positions)", label);

@@ -160,13 +160,18 @@ static dd_status st_parse(dd_st_file *f, dd_error *err) {
 dd_status dd_st_open(dd_st_file *f, const char *path, dd_error *err) {
     memset(f, 0, sizeof *f);
     snprintf(f->path, sizeof f->path, "%s", path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below); no effect on regular files */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return dd_fail(err, DD_EIO, "%s: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        return dd_fail(err, DD_EIO, "%s: %s", path, S_ISDIR(st.st_mode) ? "is a directory" : strerror(e));
+        return dd_fail(err, DD_EIO, "%s: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return dd_fail(err, DD_EIO, "%s: %s", path, S_ISDIR(st.st_mode) ? "is a directory" : "not a regular file");
     }
     f->size = (size_t)st.st_size;
     if (f->size > 0) {

@@ -1,0 +1,59 @@
+/* AVX-512 (F, BW, VL, DQ) instantiation of the CPU leaf kernels (cpu_kern_impl.h): 16-lane float vectors,
+ * fused multiply-add, 32 vector registers (a 4 x 4 tile of accumulators). Compiled with -mavx512f -mavx512bw
+ * -mavx512vl -mavx512dq -mfma -mf16c (Makefile); used only after dd_cpu_isa_supported(DD_CPU_AVX512).
+ *
+ * Not used, on purpose: AVX512_BF16 (vdpbf16ps), AVX512_FP16 arithmetic, AVX512_VNNI / AVX_VNNI and AMX. Their
+ * dot products take bf16, fp16 or int8 *activations*, so using them would round the float32 activations before
+ * the multiply — the contract (SPEC §2) keeps activations float32 and accumulates exact products in float32.
+ * Weight widening (bf16 -> f32 is a 16-bit shift, f16 -> f32 is vcvtph2ps, q8/q4 -> f32 a zero-extension and
+ * vcvtdq2ps) needs only AVX-512F/BW, and at batch 1 the kernel is bound by memory bandwidth, not by arithmetic. */
+#include "cpu.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__)
+#include <immintrin.h>
+
+#define VL 16
+typedef __m512 vf;
+#define KERN_NR 4
+#define KERN_TR 4
+#define KERN_TABLE dd_cpu_kern_avx512
+#define KERN_NAME "avx512"
+
+static inline __attribute__((always_inline)) vf vz(void) { return _mm512_setzero_ps(); }
+static inline __attribute__((always_inline)) vf vset(float f) { return _mm512_set1_ps(f); }
+static inline __attribute__((always_inline)) vf vld(const float *p) { return _mm512_loadu_ps(p); }
+static inline __attribute__((always_inline)) void vst(float *p, vf v) { _mm512_storeu_ps(p, v); }
+static inline __attribute__((always_inline)) vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
+static inline __attribute__((always_inline)) vf vsub(vf a, vf b) { return _mm512_sub_ps(a, b); }
+static inline __attribute__((always_inline)) vf vmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+static inline __attribute__((always_inline)) vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+/* fixed tree: 256-bit halves, then 128-bit halves, then within the lane */
+static inline __attribute__((always_inline)) float vhsum(vf v) {
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+static inline __attribute__((always_inline)) vf wf32(const uint8_t *p) { return _mm512_loadu_ps((const float *)p); }
+static inline __attribute__((always_inline)) vf wbf16(const uint8_t *p) {
+    __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+}
+static inline __attribute__((always_inline)) vf wf16(const uint8_t *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+static inline __attribute__((always_inline)) vf wq8(const uint8_t *p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)));
+}
+static inline __attribute__((always_inline)) vf wq4(const uint8_t *p) {
+    const __m128i m = _mm_set1_epi8(15), b = _mm_loadl_epi64((const __m128i *)p);
+    __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
+}
+static inline __attribute__((always_inline)) float sbf16(uint16_t h) { return _cvtsh_ss(h); }
+
+#include "cpu_kern_impl.h"
+#else
+const dd_cpu_kern dd_cpu_kern_avx512 = {.name = NULL};
+#endif

@@ -1,0 +1,312 @@
+/* The CPU backend's drivers: instruction-set selection, and the fused linear and attention of src/kernels.h run
+ * over the thread pool with the leaf kernels of the chosen dd_cpu_kern table (cpu.h).
+ *
+ * Work split (one fork-join per call, nothing allocated):
+ *   linear   output columns N in contiguous blocks of kern.nr rows, as evenly as possible over the threads; each
+ *            thread streams its rows of W once and, for every block, runs the T activation rows through the
+ *            tile in chunks of kern.tr (the block stays in L1/L2 across the chunks, so a batch of B streams
+ *            reads each weight from memory once per pass).
+ *   attend   (stream, kv head) units, contiguous ranges per thread.
+ */
+#include "cpu.h"
+#include "util.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- instruction-set selection ---------------------------------------------------------------------------- */
+
+static const dd_cpu_kern *const isa_table[DD_CPU_NISA] = {
+    [DD_CPU_GENERIC] = &dd_cpu_kern_generic,
+    [DD_CPU_AVX2] = &dd_cpu_kern_avx2,
+    [DD_CPU_AVX512] = &dd_cpu_kern_avx512,
+};
+
+static const char *const isa_names[DD_CPU_NISA] = {"generic", "avx2", "avx512"};
+
+const char *dd_cpu_isa_name(dd_cpu_isa isa) {
+    return (unsigned)isa < DD_CPU_NISA ? isa_names[isa] : "?";
+}
+
+/* What the CPU (and the OS: __builtin_cpu_supports checks XCR0 for the AVX/AVX-512 register state) can run. */
+static int cpu_has(dd_cpu_isa isa) {
+    switch (isa) {
+    case DD_CPU_GENERIC: return 1;
+#if defined(__x86_64__) || defined(__i386__)
+    case DD_CPU_AVX2:
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case DD_CPU_AVX512:
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+#endif
+    default: return 0;
+    }
+}
+
+int dd_cpu_isa_supported(dd_cpu_isa isa) {
+    if ((unsigned)isa >= DD_CPU_NISA || !isa_table[isa]->name) return 0;
+    return cpu_has(isa);
+}
+
+const dd_cpu_kern *dd_cpu_kernels_for(dd_cpu_isa isa) {
+    return dd_cpu_isa_supported(isa) ? isa_table[isa] : NULL;
+}
+
+static atomic_int g_forced = -1;
+
+int dd_cpu_force_isa(int isa) {
+    if (isa < 0) {
+        atomic_store_explicit(&g_forced, -1, memory_order_relaxed);
+        return 0;
+    }
+    if (!dd_cpu_isa_supported((dd_cpu_isa)isa)) return -1;
+    atomic_store_explicit(&g_forced, isa, memory_order_relaxed);
+    return 0;
+}
+
+/* The automatic choice, made once: $DD_CPU_ISA when it names a supported set, else the widest supported. */
+static pthread_once_t g_auto_once = PTHREAD_ONCE_INIT;
+static int g_auto = DD_CPU_GENERIC;
+
+static void pick_auto(void) {
+    int pick = -1;
+    const char *env = getenv("DD_CPU_ISA");
+    for (int i = 0; env && i < DD_CPU_NISA; i++)
+        if (strcmp(env, isa_names[i]) == 0 && dd_cpu_isa_supported((dd_cpu_isa)i)) pick = i;
+    for (int i = DD_CPU_NISA - 1; pick < 0 && i >= 0; i--)
+        if (dd_cpu_isa_supported((dd_cpu_isa)i)) pick = i;
+    g_auto = pick;
+}
+
+const dd_cpu_kern *dd_cpu_kernels(void) {
+    int f = atomic_load_explicit(&g_forced, memory_order_relaxed);
+    if (f >= 0) return isa_table[f];
+    pthread_once(&g_auto_once, pick_auto);
+    return isa_table[g_auto];
+}
+
+/* ---- linear ----------------------------------------------------------------------------------------------- */
+
+/* Epilogue of one tile: columns j0 .. j0+nc-1 of rows t0 .. t0+tc-1 of y, from the gate/plain sums acc and the
+ * up sums acc2 (SwiGLU). h = act(a + bias) then y = h (+ residual) (+ add), in that order. */
+static void epilogue(const dd_cpu_linear *L, const dd_cpu_seg *sg, int64_t jl, int64_t jg, int t0, int tc, int nc,
+                     float *acc, float *acc2) {
+    const dd_cpu_kern *kn = L->kern;
+    for (int t = 0; t < tc; t++) {
+        float *a = acc + t * DD_CPU_ACC_LD;
+        if (sg->bias)
+            for (int r = 0; r < nc; r++) a[r] += sg->bias[jl + r];
+        if (L->act == DD_ACT_GELU) {
+            kn->gelu(a, nc);
+        } else if (L->act == DD_ACT_SWIGLU) {
+            float *u = acc2 + t * DD_CPU_ACC_LD;
+            if (sg->bias2)
+                for (int r = 0; r < nc; r++) u[r] += sg->bias2[jl + r];
+            kn->swiglu(a, u, nc);
+        }
+        size_t row = (size_t)(t0 + t);
+        float *y = L->y + row * L->ldy + jg;
+        if (L->residual) {
+            const float *res = L->residual + row * L->ldr + jg;
+            for (int r = 0; r < nc; r++) a[r] += res[r];
+        }
+        if (L->add) {
+            const float *ad = L->add + row * L->lda + jg;
+            for (int r = 0; r < nc; r++) a[r] += ad[r];
+        }
+        memcpy(y, a, (size_t)nc * sizeof(float));
+    }
+}
+
+/* Software prefetch distance of the dot tiles, in tiles (see dd_cpu_kern.dot). Only the first row chunk of a
+ * tile prefetches (later chunks reuse the tile from cache), and only while the prefetched tile is still this
+ * thread's. */
+#ifndef PF_TILES
+#define PF_TILES 2
+#endif
+
+static void linear_job(void *ctx, int tid, int nth) {
+    const dd_cpu_linear *L = ctx;
+    const dd_cpu_kern *kn = L->kern;
+    const int nr = kn->nr, trm = kn->tr;
+    int64_t N = 0;
+    for (int s = 0; s < L->nseg; s++) N += L->seg[s].w->rows;
+    int64_t nb = (N + nr - 1) / nr;
+    int64_t j0 = (nb * tid / nth) * nr, j1 = (nb * (tid + 1) / nth) * nr;
+    if (j1 > N) j1 = N;
+    if (j0 >= j1) return;
+
+    const float *x = L->x;
+    size_t ldx = L->ldx;
+    const int64_t K = L->seg[0].w->cols;
+    if (L->norm != DD_NORM_NONE) {
+        float *s = L->scratch[tid];
+        for (int t = 0; t < L->T; t++)
+            kn->norm_row(s + (size_t)t * K, L->x + (size_t)t * L->ldx, (int)K, L->norm, L->norm_w, L->norm_b,
+                         L->eps);
+        x = s;
+        ldx = (size_t)K;
+    }
+    float acc[DD_CPU_TR_MAX * DD_CPU_ACC_LD], acc2[DD_CPU_TR_MAX * DD_CPU_ACC_LD];
+    int64_t base = 0;
+    for (int s = 0; s < L->nseg; s++) {
+        const dd_cpu_seg *sg = &L->seg[s];
+        int64_t n = sg->w->rows;
+        int64_t a = j0 > base ? j0 - base : 0, b = j1 - base < n ? j1 - base : n;
+        for (int64_t j = a; j < b; j += nr) {
+            int nc = b - j < nr ? (int)(b - j) : nr;
+            for (int t0 = 0; t0 < L->T; t0 += trm) {
+                int tc = L->T - t0 < trm ? L->T - t0 : trm;
+                const float *xt = x + (size_t)t0 * ldx;
+                int pf = t0 == 0 && j + (int64_t)nr * (PF_TILES + 1) <= b ? PF_TILES : 0;
+                kn->dot(acc, xt, ldx, tc, sg->w, j, nc, pf);
+                if (L->act == DD_ACT_SWIGLU) kn->dot(acc2, xt, ldx, tc, sg->w2, j, nc, pf);
+                epilogue(L, sg, j, base + j, t0, tc, nc, acc, acc2);
+            }
+        }
+        base += n;
+        if (base >= j1) break;
+    }
+}
+
+void dd_cpu_linear_run(dd_cpu_pool *pool, const dd_cpu_linear *L) {
+    dd_cpu_pool_run(pool, linear_job, (void *)L);
+}
+
+/* ---- attention -------------------------------------------------------------------------------------------- */
+
+void dd_cpu_rope_tables(float *cos_t, float *sin_t, const double *inv_freq, int HD, int npos) {
+    int half = HD / 2;
+    for (int p = 0; p < npos; p++)
+        for (int j = 0; j < half; j++) {
+            double a = p * inv_freq[j];
+            cos_t[p * half + j] = (float)cos(a);
+            sin_t[p * half + j] = (float)sin(a);
+        }
+}
+
+/* HF "rotate half" on one head vector: out[j] = x0 c - x1 s, out[j + HD/2] = x1 c + x0 s, x0 = v[j],
+ * x1 = v[j + HD/2]. out may alias v only when it is v. */
+static void rope_head(float *out, const float *v, int HD, const float *c, const float *s) {
+    int h = HD / 2;
+    for (int j = 0; j < h; j++) {
+        float x0 = v[j], x1 = v[j + h];
+        float a = x0 * c[j], b = x1 * s[j], e = x1 * c[j], f = x0 * s[j];
+        out[j] = a - b;
+        out[j + h] = e + f;
+    }
+}
+
+static void attend_job(void *ctx, int tid, int nth) {
+    const dd_cpu_attend *A = ctx;
+    const int H = A->H, KV = A->KVH, HD = A->HD, grp = H / KV, half = HD / 2;
+    const size_t kvw = (size_t)KV * HD;
+    const float scale = (float)(1.0 / sqrt((double)HD));
+    int64_t U = (int64_t)A->B * KV, u0 = U * tid / nth, u1 = U * (tid + 1) / nth;
+    float qr[DD_MAX_HEAD_DIM];
+    for (int64_t u = u0; u < u1; u++) {
+        int s = (int)(u / KV), kh = (int)(u % KV);
+        float *kc = A->kc + (size_t)s * A->ldc, *vc = A->vc + (size_t)s * A->ldc;
+        for (int t = 0; t < A->P; t++) {
+            const float *row = A->qkv + ((size_t)s * A->P + t) * A->ldq;
+            int p = A->p0 + t;
+            float *kd = kc + (size_t)p * kvw + (size_t)kh * HD, *vd = vc + (size_t)p * kvw + (size_t)kh * HD;
+            const float *kn = row + (size_t)(H + kh) * HD, *vn = row + (size_t)(H + KV + kh) * HD;
+            if (A->cos) rope_head(kd, kn, HD, A->cos + (size_t)p * half, A->sin + (size_t)p * half);
+            else memcpy(kd, kn, (size_t)HD * sizeof(float));
+            memcpy(vd, vn, (size_t)HD * sizeof(float));
+        }
+        for (int h = kh * grp; h < (kh + 1) * grp; h++)
+            for (int t = 0; t < A->P; t++) {
+                size_t r = (size_t)s * A->P + t;
+                int p = A->p0 + t;
+                const float *q = A->qkv + r * A->ldq + (size_t)h * HD;
+                if (A->cos) {
+                    rope_head(qr, q, HD, A->cos + (size_t)p * half, A->sin + (size_t)p * half);
+                    q = qr;
+                }
+                A->kern->attend_row(A->out + r * A->ldo + (size_t)h * HD, q, kc + (size_t)kh * HD,
+                                    vc + (size_t)kh * HD, kvw, p + 1, HD, scale);
+            }
+    }
+}
+
+void dd_cpu_attend_run(dd_cpu_pool *pool, const dd_cpu_attend *A) {
+    dd_cpu_pool_run(pool, attend_job, (void *)A);
+}
+
+/* ---- test entry points ------------------------------------------------------------------------------------ */
+
+static dd_status host_kern(int isa, const dd_cpu_kern **k, dd_error *err) {
+    *k = isa < 0 ? dd_cpu_kernels() : dd_cpu_kernels_for((dd_cpu_isa)isa);
+    if (!*k) return dd_fail(err, DD_EUNSUPPORTED, "cpu kernels: instruction set %s not available here",
+                            dd_cpu_isa_name((dd_cpu_isa)isa));
+    return DD_OK;
+}
+
+dd_status dd_cpu_linear_host(const dd_linear_args *a, int isa, int threads, dd_error *err) {
+    const dd_cpu_kern *k;
+    dd_status st = host_kern(isa, &k, err);
+    if (st) return st;
+    if (!a || !a->y || !a->x || !a->w || a->T < 1 || (a->act == DD_ACT_SWIGLU && !a->w2))
+        return dd_fail(err, DD_EINVAL, "dd_cpu_linear_host: bad arguments");
+    dd_cpu_pool *pool;
+    if ((st = dd_cpu_pool_create(&pool, dd_cpu_default_threads(threads), err))) return st;
+    int nth = dd_cpu_pool_threads(pool);
+    size_t per = (size_t)a->T * (size_t)a->w->cols;
+    float **scr = calloc((size_t)nth, sizeof *scr);
+    int ok = scr != NULL;
+    for (int i = 0; ok && i < nth; i++) ok = (scr[i] = malloc(per * sizeof(float))) != NULL;
+    if (ok) {
+        dd_cpu_linear L = {.y = a->y, .ldy = (size_t)a->ldy, .x = a->x, .ldx = (size_t)a->ldx, .T = a->T, .nseg = 1,
+                           .seg = {{a->w, a->w2, a->bias, a->bias2}}, .norm = a->norm, .norm_w = a->norm_w,
+                           .norm_b = a->norm_b, .eps = a->eps, .act = a->act, .residual = a->residual,
+                           .ldr = (size_t)a->ldr, .add = a->add, .lda = (size_t)a->lda, .kern = k, .scratch = scr};
+        dd_cpu_linear_run(pool, &L);
+    }
+    for (int i = 0; scr && i < nth; i++) free(scr[i]);
+    free(scr);
+    dd_cpu_pool_free(pool);
+    return ok ? DD_OK : dd_fail(err, DD_ENOMEM, "dd_cpu_linear_host: out of memory");
+}
+
+dd_status dd_cpu_attend_host(const dd_attend_args *a, int isa, int threads, dd_error *err) {
+    const dd_cpu_kern *k;
+    dd_status st = host_kern(isa, &k, err);
+    if (st) return st;
+    if (!a || !a->out || !a->kcache || !a->vcache || !a->qkv || a->T < 1 || a->p0 < 0 ||
+        a->p0 + a->T > DD_MAX_LEVELS || a->KVH < 1 || a->H % a->KVH || a->HD < 1 || a->HD > DD_MAX_HEAD_DIM ||
+        (a->inv_freq && a->HD % 2))
+        return dd_fail(err, DD_EINVAL, "dd_cpu_attend_host: bad arguments");
+    int npos = a->p0 + a->T, half = a->HD / 2;
+    float *ct = NULL, *stb = NULL;
+    if (a->inv_freq) {
+        ct = malloc((size_t)npos * half * sizeof(float) + 1);
+        stb = malloc((size_t)npos * half * sizeof(float) + 1);
+        if (!ct || !stb) {
+            free(ct);
+            free(stb);
+            return dd_fail(err, DD_ENOMEM, "dd_cpu_attend_host: out of memory");
+        }
+        dd_cpu_rope_tables(ct, stb, a->inv_freq, a->HD, npos);
+    }
+    dd_cpu_pool *pool;
+    if ((st = dd_cpu_pool_create(&pool, dd_cpu_default_threads(threads), err))) {
+        free(ct);
+        free(stb);
+        return st;
+    }
+    dd_cpu_attend A = {.out = a->out, .ldo = (size_t)a->H * a->HD, .kc = a->kcache, .vc = a->vcache, .ldc = 0,
+                       .qkv = a->qkv, .ldq = (size_t)(a->H + 2 * a->KVH) * a->HD, .B = 1, .P = a->T, .p0 = a->p0,
+                       .H = a->H, .KVH = a->KVH, .HD = a->HD, .cos = ct, .sin = stb, .kern = k};
+    dd_cpu_attend_run(pool, &A);
+    dd_cpu_pool_free(pool);
+    free(ct);
+    free(stb);
+    return DD_OK;
+}

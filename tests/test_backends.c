@@ -1,0 +1,464 @@
+/* End-to-end: every backend other than ref, judged by ref on the synthetic models.
+ *
+ * Backends: cpu at every instruction set this machine supports (generic C, AVX2, AVX-512; forced through
+ * dd_cpu_force_isa), and cuda when built and a device is present. For each:
+ *   score      teacher-forced logits (and logits0) within 1e-4 * max|ref| (the fixture threshold) on the tiny gpt
+ *              and llama models in every weight type;
+ *   codes      decoded codes identical to ref's for the same seeds on >= 99.9% of (stream, level) pairs over 256
+ *              frames per model and setting (sampled T 0.9 / K 50 with c0 given and sampled, greedy, T 1.3 / K 5,
+ *              no top-k);
+ *   invariance a stream's codes identical decoded alone, inside a batch of 64 (at any row, in any order), in a
+ *              batch larger than one internal group (300 streams), and with 1 or 2 threads; for cpu the logits
+ *              are bit-identical too;
+ *   errors     a level with no finite logit fails with ref's error, and nothing is written;
+ *   big        a frame of the GPT-dims and CSM-dims synthetic models against ref (set DD_TEST_QUICK=1 to skip:
+ *              ref needs ~10 s per stream-frame at those sizes).
+ * Inputs come from a fresh seed each run (printed; DD_TEST_SEED=<n> replays).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cpu.h"
+#include "depthdec.h"
+#include "model.h"
+
+static uint64_t g_seed, g_rng;
+static uint64_t rnd64(void) {
+    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double unif(void) { return (double)(rnd64() >> 11) * 0x1p-53; }
+static float normalish(void) { return (float)((unif() + unif() + unif() + unif() - 2.0) * 1.7); }
+
+/* ---- backends under test --------------------------------------------------------------------------------- */
+
+typedef struct variant {
+    dd_backend b;
+    int isa; /* cpu: forced instruction set */
+    char name[32];
+} variant;
+
+static variant g_var[8];
+static int g_nvar;
+
+static void list_variants(void) {
+    g_nvar = 0;
+    static const dd_backend bs[] = {DD_BACKEND_CPU, DD_BACKEND_CUDA};
+    for (size_t i = 0; i < sizeof bs / sizeof *bs; i++) {
+        if (!dd_backend_available(bs[i])) {
+            printf("  backend %s: not available in this build/machine: skipped\n", dd_backend_name(bs[i]));
+            continue;
+        }
+        if (bs[i] != DD_BACKEND_CPU) {
+            variant *v = &g_var[g_nvar++];
+            *v = (variant){bs[i], -1, ""};
+            snprintf(v->name, sizeof v->name, "%s", dd_backend_name(bs[i]));
+            continue;
+        }
+        for (int isa = 0; isa < DD_CPU_NISA; isa++) {
+            if (!dd_cpu_isa_supported((dd_cpu_isa)isa)) {
+                printf("  cpu %s: not supported here: skipped\n", dd_cpu_isa_name((dd_cpu_isa)isa));
+                continue;
+            }
+            variant *v = &g_var[g_nvar++];
+            *v = (variant){DD_BACKEND_CPU, isa, ""};
+            snprintf(v->name, sizeof v->name, "cpu-%s", dd_cpu_isa_name((dd_cpu_isa)isa));
+        }
+    }
+}
+
+static dd_decoder *make(const dd_model *m, dd_backend b, int isa, int max_batch, int threads) {
+    dd_decoder_params p = dd_decoder_default_params();
+    p.backend = b;
+    p.max_batch = max_batch;
+    p.threads = threads;
+    if (b == DD_BACKEND_CPU) assert_int_equal(dd_cpu_force_isa(isa), 0);
+    dd_decoder *d = NULL;
+    dd_error e;
+    dd_status s = dd_decoder_create(&d, m, &p, &e);
+    dd_cpu_force_isa(-1);
+    if (s) printf("  decoder: %s\n", e.msg);
+    assert_int_equal(s, DD_OK);
+    assert_int_equal(dd_decoder_backend(d), b);
+    return d;
+}
+
+static dd_model *synth(const char *kind, dd_dtype t, uint64_t seed) {
+    dd_model *m = NULL;
+    dd_error e;
+    dd_status s = dd_model_synthetic(&m, kind, t, seed, &e);
+    if (s) printf("  %s: %s\n", kind, e.msg);
+    assert_int_equal(s, DD_OK);
+    return m;
+}
+
+static float *rand_hidden(const dd_model *m, int n) {
+    int I = dd_model_config(m)->input_dim;
+    float *h = malloc((size_t)n * I * sizeof(float));
+    assert_non_null(h);
+    for (int i = 0; i < n * I; i++) h[i] = normalish();
+    return h;
+}
+
+static int32_t *rand_codes(const dd_model *m, int n, int per_row) {
+    int V = dd_model_config(m)->codebook_size;
+    int32_t *c = malloc((size_t)n * per_row * sizeof(int32_t));
+    assert_non_null(c);
+    for (int i = 0; i < n * per_row; i++) c[i] = (int32_t)(rnd64() % (uint64_t)V);
+    return c;
+}
+
+static void decode_ok(dd_decoder *d, int n, const float *h, const int32_t *c0, const uint64_t *seeds,
+                      const uint64_t *frames, const dd_sampling *s, int32_t *codes) {
+    dd_error e;
+    dd_status st = dd_decode(d, n, h, c0, seeds, frames, s, codes, &e);
+    if (st) printf("  decode: %s\n", e.msg);
+    assert_int_equal(st, DD_OK);
+}
+
+static void score_ok(dd_decoder *d, int n, const float *h, const int32_t *codes, float *logits, float *logits0) {
+    dd_error e;
+    dd_status st = dd_score(d, n, h, codes, logits, logits0, &e);
+    if (st) printf("  score: %s\n", e.msg);
+    assert_int_equal(st, DD_OK);
+}
+
+static const char *const tiny_kinds[] = {"tiny-gpt", "tiny-llama"};
+static const dd_dtype all_types[] = {DD_F32, DD_F16, DD_BF16, DD_Q8, DD_Q4};
+
+/* max |a - b| / max |b| over n values; NaN anywhere counts as infinitely wrong. */
+static double rel_err(const float *a, const float *b, size_t n) {
+    double err = 0, mx = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (isnan(d)) return INFINITY;
+        if (d > err) err = d;
+        if (fabs(b[i]) > mx) mx = fabs(b[i]);
+    }
+    return mx > 0 ? err / mx : err;
+}
+
+/* ---- score ----------------------------------------------------------------------------------------------- */
+
+static void test_score_vs_ref(void **state) {
+    (void)state;
+    const int n = 24;
+    for (size_t k = 0; k < 2; k++)
+        for (size_t t = 0; t < 5; t++) {
+            dd_model *m = synth(tiny_kinds[k], all_types[t], rnd64());
+            const dd_config *c = dd_model_config(m);
+            size_t nl = (size_t)n * (c->levels - 1) * c->codebook_size, n0 = (size_t)n * c->codebook_size;
+            float *h = rand_hidden(m, n);
+            int32_t *codes = rand_codes(m, n, c->levels);
+            float *lr = malloc(nl * sizeof(float)), *l0r = malloc(n0 * sizeof(float));
+            float *lx = malloc(nl * sizeof(float)), *l0x = malloc(n0 * sizeof(float));
+            dd_decoder *ref = make(m, DD_BACKEND_REF, -1, n, 1);
+            score_ok(ref, n, h, codes, lr, l0r);
+            dd_decoder_free(ref);
+            for (int v = 0; v < g_nvar; v++) {
+                for (size_t i = 0; i < nl; i++) lx[i] = NAN;
+                for (size_t i = 0; i < n0; i++) l0x[i] = NAN;
+                dd_decoder *d = make(m, g_var[v].b, g_var[v].isa, n, 0);
+                score_ok(d, n, h, codes, lx, l0x);
+                dd_decoder_free(d);
+                double e1 = rel_err(lx, lr, nl), e0 = rel_err(l0x, l0r, n0);
+                printf("  %-10s %-5s %-10s max rel logit err %.2e, level-0 %.2e\n", tiny_kinds[k],
+                       dd_dtype_name(all_types[t]), g_var[v].name, e1, e0);
+                assert_true(e1 <= 1e-4);
+                assert_true(e0 <= 1e-4);
+            }
+            free(h);
+            free(codes);
+            free(lr);
+            free(l0r);
+            free(lx);
+            free(l0x);
+            dd_model_free(m);
+        }
+}
+
+/* ---- codes ----------------------------------------------------------------------------------------------- */
+
+typedef struct setting {
+    const char *name;
+    dd_sampling s;
+    int sample_c0;
+} setting;
+
+static const setting settings[] = {
+    {"T0.9/K50", {0.9f, 50}, 0},
+    {"T0.9/K50 c0 sampled", {0.9f, 50}, 1},
+    {"greedy", {0.0f, 0}, 1},
+    {"T1.3/K5", {1.3f, 5}, 0},
+    {"T1/no top-k", {1.0f, 0}, 0},
+};
+
+/* 256 frames (4 calls of 64 streams, distinct seeds and frame indices) through ref and each variant. */
+static void test_codes_vs_ref(void **state) {
+    (void)state;
+    static const dd_dtype types[] = {DD_BF16, DD_Q8, DD_Q4, DD_F16};
+    const int n = 64, calls = 4;
+    for (size_t k = 0; k < 2; k++)
+        for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+            dd_model *m = synth(tiny_kinds[k], types[t], rnd64());
+            const int Q = dd_model_config(m)->levels;
+            dd_decoder *ref = make(m, DD_BACKEND_REF, -1, n, 1);
+            dd_decoder *d[8];
+            for (int v = 0; v < g_nvar; v++) d[v] = make(m, g_var[v].b, g_var[v].isa, n, 0);
+            for (size_t si = 0; si < sizeof settings / sizeof *settings; si++) {
+                const setting *st = &settings[si];
+                long pairs = 0, same[8] = {0};
+                for (int call = 0; call < calls; call++) {
+                    float *h = rand_hidden(m, n);
+                    int32_t *c0 = rand_codes(m, n, 1), *cr = malloc((size_t)n * Q * 4), *cx = malloc((size_t)n * Q * 4);
+                    uint64_t seeds[64], frames[64];
+                    for (int i = 0; i < n; i++) {
+                        seeds[i] = rnd64();
+                        frames[i] = rnd64() % 100000;
+                    }
+                    decode_ok(ref, n, h, st->sample_c0 ? NULL : c0, seeds, frames, &st->s, cr);
+                    pairs += (long)n * Q;
+                    for (int v = 0; v < g_nvar; v++) {
+                        for (int i = 0; i < n * Q; i++) cx[i] = -1;
+                        decode_ok(d[v], n, h, st->sample_c0 ? NULL : c0, seeds, frames, &st->s, cx);
+                        for (int i = 0; i < n * Q; i++) same[v] += cx[i] == cr[i];
+                    }
+                    free(h);
+                    free(c0);
+                    free(cr);
+                    free(cx);
+                }
+                for (int v = 0; v < g_nvar; v++) {
+                    printf("  %-10s %-5s %-10s %-20s codes identical to ref: %ld / %ld\n", tiny_kinds[k],
+                           dd_dtype_name(types[t]), g_var[v].name, st->name, same[v], pairs);
+                    assert_true((double)same[v] >= 0.999 * (double)pairs);
+                }
+            }
+            for (int v = 0; v < g_nvar; v++) dd_decoder_free(d[v]);
+            dd_decoder_free(ref);
+            dd_model_free(m);
+        }
+}
+
+/* ---- batch and thread invariance ------------------------------------------------------------------------- */
+
+static void test_batch_invariance(void **state) {
+    (void)state;
+    static const struct {
+        const char *kind;
+        dd_dtype t;
+    } ms[] = {{"tiny-gpt", DD_Q8}, {"tiny-llama", DD_BF16}, {"tiny-gpt", DD_Q4}};
+    const int n = 64, big = 300;
+    for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++) {
+        dd_model *m = synth(ms[mi].kind, ms[mi].t, rnd64());
+        const dd_config *c = dd_model_config(m);
+        const int Q = c->levels, V = c->codebook_size, I = c->input_dim;
+        const size_t LP = (size_t)(Q - 1) * V;
+        float *h = rand_hidden(m, big);
+        int32_t *tf = rand_codes(m, big, Q);
+        uint64_t seeds[300], frames[300];
+        for (int i = 0; i < big; i++) {
+            seeds[i] = rnd64();
+            frames[i] = rnd64() % 1000;
+        }
+        dd_sampling s = dd_sampling_default();
+        int32_t *a = malloc((size_t)big * Q * 4), *b = malloc((size_t)big * Q * 4);
+        float *la = malloc((size_t)big * LP * 4), *lb = malloc((size_t)big * LP * 4);
+        for (int v = 0; v < g_nvar; v++) {
+            const variant *vr = &g_var[v];
+            const int cpu = vr->b == DD_BACKEND_CPU;
+            /* the batch of 64 with 2 threads: the baseline */
+            dd_decoder *d2 = make(m, vr->b, vr->isa, big, 2);
+            decode_ok(d2, n, h, NULL, seeds, frames, &s, a);
+            score_ok(d2, n, h, tf, la, NULL);
+            /* 1 thread, the same batch */
+            dd_decoder *d1 = make(m, vr->b, vr->isa, big, 1);
+            decode_ok(d1, n, h, NULL, seeds, frames, &s, b);
+            assert_memory_equal(a, b, (size_t)n * Q * 4);
+            if (cpu) {
+                score_ok(d1, n, h, tf, lb, NULL);
+                assert_memory_equal(la, lb, (size_t)n * LP * 4);
+            }
+            /* each stream alone, 1 and 2 threads */
+            for (int r = 0; r < n; r++) {
+                dd_decoder *dd = r % 2 ? d1 : d2;
+                int32_t one[64];
+                decode_ok(dd, 1, h + (size_t)r * I, NULL, seeds + r, frames + r, &s, one);
+                assert_memory_equal(one, a + (size_t)r * Q, (size_t)Q * 4);
+                if (cpu && r % 8 == 3) {
+                    score_ok(dd, 1, h + (size_t)r * I, tf + (size_t)r * Q, lb, NULL);
+                    assert_memory_equal(lb, la + (size_t)r * LP, LP * 4);
+                }
+            }
+            /* the batch reversed: every stream at another row, with other neighbours */
+            {
+                float *hr = malloc((size_t)n * I * 4);
+                uint64_t sr[64], fr[64];
+                for (int r = 0; r < n; r++) {
+                    memcpy(hr + (size_t)r * I, h + (size_t)(n - 1 - r) * I, (size_t)I * 4);
+                    sr[r] = seeds[n - 1 - r];
+                    fr[r] = frames[n - 1 - r];
+                }
+                decode_ok(d2, n, hr, NULL, sr, fr, &s, b);
+                for (int r = 0; r < n; r++) assert_memory_equal(b + (size_t)r * Q, a + (size_t)(n - 1 - r) * Q, (size_t)Q * 4);
+                free(hr);
+            }
+            /* 300 streams: more than one internal group of the cpu backend; rows 0..63 as before */
+            decode_ok(d2, big, h, NULL, seeds, frames, &s, b);
+            assert_memory_equal(b, a, (size_t)n * Q * 4);
+            int32_t one[64];
+            for (int r = n; r < big; r += 37) {
+                decode_ok(d1, 1, h + (size_t)r * I, NULL, seeds + r, frames + r, &s, one);
+                assert_memory_equal(one, b + (size_t)r * Q, (size_t)Q * 4);
+            }
+            if (cpu) {
+                score_ok(d1, big, h, tf, lb, NULL);
+                assert_memory_equal(lb, la, (size_t)n * LP * 4);
+                score_ok(d2, 1, h + (size_t)(big - 1) * I, tf + (size_t)(big - 1) * Q, la, NULL);
+                assert_memory_equal(la, lb + (size_t)(big - 1) * LP, LP * 4);
+            }
+            printf("  %-10s %-5s %-10s codes%s identical: alone, in 64 (any row), in 300, 1 and 2 threads\n",
+                   ms[mi].kind, dd_dtype_name(ms[mi].t), vr->name, cpu ? " and logits" : "");
+            dd_decoder_free(d1);
+            dd_decoder_free(d2);
+        }
+        free(h);
+        free(tf);
+        free(a);
+        free(b);
+        free(la);
+        free(lb);
+        dd_model_free(m);
+    }
+}
+
+/* ---- errors ---------------------------------------------------------------------------------------------- */
+
+/* Poison one level's head with NaN (a synthetic f32 model's weights live in writable memory): that level has no
+ * finite logit for any stream, which must fail like ref — same code, same message — and write nothing. */
+static void test_nonfinite_level(void **state) {
+    (void)state;
+    for (size_t k = 0; k < 2; k++) {
+        dd_model *m = synth(tiny_kinds[k], DD_F32, rnd64());
+        const dd_config *c = dd_model_config(m);
+        const int Q = c->levels, V = c->codebook_size, D = c->dim, n = 5, bad = 3;
+        float *w = (float *)(uintptr_t)(m->heads.data + (size_t)(bad - 1) * V * m->heads.row_bytes);
+        for (size_t i = 0; i < (size_t)V * D; i++) w[i] = NAN;
+        float *h = rand_hidden(m, n);
+        int32_t *c0 = rand_codes(m, n, 1), codes[5 * 64];
+        dd_sampling s = dd_sampling_default();
+        dd_error er, ex;
+        dd_decoder *ref = make(m, DD_BACKEND_REF, -1, n, 1);
+        dd_status sr = dd_decode(ref, n, h, c0, NULL, NULL, &s, codes, &er);
+        assert_int_equal(sr, DD_ENUMERIC);
+        for (int v = 0; v < g_nvar; v++) {
+            dd_decoder *d = make(m, g_var[v].b, g_var[v].isa, n, 0);
+            for (int i = 0; i < n * Q; i++) codes[i] = -7;
+            dd_status sx = dd_decode(d, n, h, c0, NULL, NULL, &s, codes, &ex);
+            assert_int_equal(sx, DD_ENUMERIC);
+            assert_string_equal(ex.msg, er.msg);
+            for (int i = 0; i < n * Q; i++) assert_int_equal(codes[i], -7);
+            dd_decoder_free(d);
+        }
+        printf("  %s: %s (every backend)\n", tiny_kinds[k], er.msg);
+        dd_decoder_free(ref);
+        free(h);
+        free(c0);
+        dd_model_free(m);
+    }
+}
+
+/* ---- bigger models --------------------------------------------------------------------------------------- */
+
+static void test_big_models(void **state) {
+    (void)state;
+    if (getenv("DD_TEST_QUICK")) {
+        printf("  DD_TEST_QUICK set: skipped\n");
+        return;
+    }
+    static const struct {
+        const char *kind;
+        dd_dtype t;
+        int score;
+    } ms[] = {{"gpt", DD_BF16, 1}, {"csm", DD_BF16, 0}, {"gpt", DD_Q8, 0}};
+    for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++) {
+        dd_model *m = synth(ms[mi].kind, ms[mi].t, rnd64());
+        const dd_config *c = dd_model_config(m);
+        const int Q = c->levels;
+        const size_t nl = (size_t)(Q - 1) * c->codebook_size;
+        float *h = rand_hidden(m, 1);
+        int32_t *c0 = rand_codes(m, 1, 1), cr[64], cx[64];
+        uint64_t seed = rnd64(), frame = rnd64() % 1000;
+        dd_sampling s = dd_sampling_default();
+        dd_decoder *ref = make(m, DD_BACKEND_REF, -1, 1, 1);
+        decode_ok(ref, 1, h, c0, &seed, &frame, &s, cr);
+        float *lr = NULL, *lx = NULL;
+        if (ms[mi].score) {
+            lr = malloc(nl * 4);
+            lx = malloc(nl * 4);
+            score_ok(ref, 1, h, cr, lr, NULL);
+        }
+        dd_decoder_free(ref);
+        for (int v = 0; v < g_nvar; v++) {
+            /* the fastest variant of each backend is what users run; the others are covered on tiny models */
+            if (g_var[v].b == DD_BACKEND_CPU && g_var[v].isa != (int)DD_CPU_NISA - 1 &&
+                dd_cpu_isa_supported((dd_cpu_isa)(DD_CPU_NISA - 1)))
+                continue;
+            dd_decoder *d = make(m, g_var[v].b, g_var[v].isa, 1, 0);
+            decode_ok(d, 1, h, c0, &seed, &frame, &s, cx);
+            int same = 0;
+            for (int i = 0; i < Q; i++) same += cx[i] == cr[i];
+            double e1 = -1;
+            if (ms[mi].score) {
+                score_ok(d, 1, h, cr, lx, NULL);
+                e1 = rel_err(lx, lr, nl);
+            }
+            printf("  %-4s %-5s %-10s codes identical to ref %d / %d%s", ms[mi].kind, dd_dtype_name(ms[mi].t),
+                   g_var[v].name, same, Q, ms[mi].score ? "" : "\n");
+            if (ms[mi].score) printf(", max rel logit err %.2e\n", e1);
+            /* one frame: a near-tie flip is possible in principle, but the frame must agree in full here */
+            assert_int_equal(same, Q);
+            if (ms[mi].score) assert_true(e1 <= 1e-4);
+            dd_decoder_free(d);
+        }
+        free(h);
+        free(c0);
+        free(lr);
+        free(lx);
+        dd_model_free(m);
+    }
+}
+
+static int setup(void **state) {
+    (void)state;
+    g_rng = g_seed;
+    return 0;
+}
+
+int main(void) {
+    g_seed = (uint64_t)time(NULL);
+    const char *s = getenv("DD_TEST_SEED");
+    if (s) g_seed = strtoull(s, NULL, 0);
+    printf("test_backends: seed %llu (DD_TEST_SEED=%llu replays)\n", (unsigned long long)g_seed,
+           (unsigned long long)g_seed);
+    list_variants();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_score_vs_ref, setup),
+        cmocka_unit_test_setup(test_codes_vs_ref, setup),
+        cmocka_unit_test_setup(test_batch_invariance, setup),
+        cmocka_unit_test_setup(test_nonfinite_level, setup),
+        cmocka_unit_test_setup(test_big_models, setup),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
