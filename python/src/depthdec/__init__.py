@@ -1,0 +1,362 @@
+"""depthdec — exact, fast inference for the depth decoder of RVQ speech LMs (numpy in, numpy out).
+
+A thin layer over the C library (include/depthdec.h), with the CLI's semantics::
+
+    import numpy as np, depthdec
+    model = depthdec.Model("model.safetensors")        # a native .safetensors file or an HF CSM directory
+    dec = depthdec.Decoder(model, backend="auto")       # one per thread
+    hidden = np.zeros((10, model.config["input_dim"]), np.float32)
+    codes = dec.generate(hidden, seed=7, frame=0)       # int32 [10, Q]; row n is frame 0 + n of stream seed 7
+    logits, logits0 = dec.score(hidden, codes)          # float32 [10, Q-1, V], [10, V] (None without head0)
+
+Threads: a Model is immutable and may be shared by any number of threads and decoders. A Decoder holds per-call
+state (KV cache, scratch) and must be used by one thread at a time — give each thread its own; a Decoder that is
+entered from a second thread while busy raises Error instead of corrupting its state. The GIL is released while the
+library decodes, loads or builds a model, so threads with their own decoders decode in parallel.
+
+Errors: everything the library reports, and every input this layer refuses, is raised as depthdec.Error (a
+RuntimeError) carrying the message and the library's status code (.code, a Status; .status, its name). Input
+errors are ArgumentError, which is also a ValueError.
+"""
+
+import enum
+import math
+import operator
+import os
+import threading
+
+import numpy as np
+
+from . import _ext
+
+__all__ = ["Model", "Decoder", "Error", "ArgumentError", "Status", "backend_available", "available_backends",
+           "__version__"]
+
+__version__ = _ext.VERSION
+
+
+class Status(enum.IntEnum):
+    """dd_status codes of include/depthdec.h."""
+
+    OK = _ext.OK
+    EINVAL = _ext.EINVAL  # a bad argument
+    EIO = _ext.EIO  # a file could not be opened, mapped or read
+    EFORMAT = _ext.EFORMAT  # a malformed file
+    EMODEL = _ext.EMODEL  # a well-formed file that is not a usable model
+    ENOMEM = _ext.ENOMEM  # an allocation failed
+    ENUMERIC = _ext.ENUMERIC  # non-finite input, or a level whose logits have no finite value
+    EUNSUPPORTED = _ext.EUNSUPPORTED  # a valid request this build cannot serve (backend not built, no head0)
+
+
+class Error(RuntimeError):
+    """A depthdec error: str(e) is the library's one-line message (naming the file, tensor, argument or row),
+    e.code the Status, e.status its name ("invalid argument", ...)."""
+
+    def __init__(self, message, code=Status.EINVAL):
+        super().__init__(message)
+        self.message = message
+        try:
+            self.code = Status(code)
+        except ValueError:
+            self.code = int(code)
+
+    @property
+    def status(self):
+        return _ext.status_name(int(self.code))
+
+    def __str__(self):
+        return self.message
+
+
+class ArgumentError(Error, ValueError):
+    """An input refused before any work: wrong shape or dtype, a non-finite value, a code out of range, a bad
+    sampling parameter."""
+
+
+_ext.set_error_type(Error)
+
+_BACKENDS = ("auto", "ref", "cpu", "cuda")
+
+
+def backend_available(name):
+    """True when this build has backend `name` ("ref", "cpu", "cuda"; "auto" always) and it can run here."""
+    return _ext.backend_available(name)
+
+
+def available_backends():
+    """The concrete backends ("ref", "cpu", "cuda") that this build can run on this machine."""
+    return [b for b in _BACKENDS[1:] if _ext.backend_available(b)]
+
+
+# ---- models ------------------------------------------------------------------------------------------------------
+
+
+class Model:
+    """Weights and config, loaded once; immutable, shareable between threads and decoders.
+
+    Model(path): a native .safetensors file (config in its metadata or a config.json beside it) or an HF CSM
+    directory (config.json + model.safetensors or a sharded index). Either the whole model loads or Error is
+    raised (the message names the file and the problem).
+    """
+
+    def __init__(self, path):
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            raise ArgumentError("Model: path must be str, bytes or os.PathLike, not %s" % type(path).__name__)
+        self._init(_ext.model_load(path))
+
+    @classmethod
+    def synthetic(cls, kind, weights="bf16", seed=0):
+        """One of the embedded synthetic models: kind "gpt" (the seed's dims), "csm" (CSM-1B depth dims), "tiny-gpt"
+        or "tiny-llama" (small models for tests);
+        weights "f32", "f16", "bf16", "q8" or "q4" (group 64). Deterministic in `seed`; the weights are synthetic
+        (not a trained model)."""
+        if not isinstance(kind, str) or not isinstance(weights, str):
+            raise ArgumentError("Model.synthetic: kind and weights must be str")
+        seed = _u64_scalar(seed, "seed")
+        m = cls.__new__(cls)
+        m._init(_ext.model_synthetic(kind, weights, seed))
+        return m
+
+    def _init(self, handle):
+        self._h = handle
+        cfg = _ext.model_config(handle)
+        # norm_eps is a float32 in the library: show its shortest float32 spelling (1e-05, not 9.99999974e-06)
+        cfg["norm_eps"] = float(str(np.float32(cfg["norm_eps"])))
+        sc = cfg["rope"] and cfg["rope"]["scaling"]
+        if sc and float(sc["original_max_position_embeddings"]).is_integer():
+            sc["original_max_position_embeddings"] = int(sc["original_max_position_embeddings"])
+        self._config = cfg
+        self.tensor_count, self.source, self.weight_bytes_per_frame, self.weight_bytes = _ext.model_info(handle)
+
+    @property
+    def config(self):
+        """The model's configuration as a dict (a copy): block ("gpt"/"llama"), levels (Q), codebook_size (V),
+        input_dim, dim, layers, heads, kv_heads, head_dim, ffn_dim, norm_eps, rope (None or {"theta", "scaling":
+        None or {"rope_type": "llama3", "factor", "low_freq_factor", "high_freq_factor",
+        "original_max_position_embeddings"}}), quantization (None or {"bits", "group_size", "mode": "affine"}),
+        weight_type ("f32", "f16", "bf16", "q8", "q4"), has_head0, has_in_proj, has_pos, embed_in_input_space."""
+        import copy
+
+        return copy.deepcopy(self._config)
+
+    def __repr__(self):
+        c = self._config
+        return "<depthdec.Model %r: %s, Q %d, V %d, input_dim %d, dim %d, %d layers, %s weights>" % (
+            self.source, c["block"], c["levels"], c["codebook_size"], c["input_dim"], c["dim"], c["layers"],
+            c["weight_type"])
+
+
+# ---- input validation --------------------------------------------------------------------------------------------
+
+
+def _u64_scalar(v, name):
+    if isinstance(v, (bool, np.bool_)):
+        raise ArgumentError("%s: want an integer in [0, 2**64), got a bool" % name)
+    try:
+        v = operator.index(v)
+    except TypeError:
+        raise ArgumentError("%s: want an integer in [0, 2**64), got %s" % (name, type(v).__name__)) from None
+    if not 0 <= v < 2**64:
+        raise ArgumentError("%s %d: outside [0, 2**64)" % (name, v))
+    return v
+
+
+def _as_array(x, name):
+    try:
+        return np.asarray(x)
+    except (ValueError, TypeError) as e:
+        raise ArgumentError("%s: not an array: %s" % (name, e)) from None
+
+
+def _hidden(x, input_dim):
+    """float32 C-contiguous [N, input_dim]: floats and integers are converted as numpy converts them; a value that
+    is not finite, or does not fit float32, is refused (naming row and element)."""
+    a = _as_array(x, "hidden")
+    if a.dtype.kind not in "fiu":
+        raise ArgumentError("hidden: dtype %s cannot be converted to float32 (want float32; float16/float64 and "
+                            "integers are converted)" % a.dtype)
+    if a.ndim != 2 or a.shape[1] != input_dim:
+        raise ArgumentError("hidden: shape %s, want [N, input_dim=%d]" % (tuple(a.shape), input_dim))
+    if a.dtype.kind == "f":
+        bad = ~np.isfinite(a)
+        if bad.any():
+            r, i = np.argwhere(bad)[0]
+            raise ArgumentError("hidden row %d, element %d: non-finite value %r" % (r, i, float(a[r, i])),
+                                Status.ENUMERIC)
+    with np.errstate(over="ignore", invalid="ignore"):
+        h = np.ascontiguousarray(a, dtype=np.float32)
+    if a.dtype.itemsize > 4 or a.dtype.kind != "f":
+        bad = ~np.isfinite(h)
+        if bad.any():
+            r, i = np.argwhere(bad)[0]
+            raise ArgumentError("hidden row %d, element %d: value %r does not fit float32" % (r, i, a[r, i].item()),
+                                Status.ENUMERIC)
+    return h
+
+
+def _codes(x, name, shape, V):
+    """int32 C-contiguous codes of the given shape, every value in [0, V)."""
+    a = _as_array(x, name)
+    if a.dtype.kind not in "iu":
+        raise ArgumentError("%s: dtype %s, want an integer array (int32 or int64)" % (name, a.dtype))
+    if a.shape != shape:
+        want = "[N]" if len(shape) == 1 else "[N, levels=%d]" % shape[1]
+        raise ArgumentError("%s: shape %s, want %s with N = %d rows of hidden" % (name, tuple(a.shape), want,
+                                                                                  shape[0]))
+    bad = (a < 0) | (a >= V)
+    if bad.any():
+        idx = np.argwhere(bad)[0]
+        where = "row %d" % idx[0] if len(shape) == 1 else "row %d, level %d" % (idx[0], idx[1])
+        raise ArgumentError("%s %s: code %d outside [0, %d)" % (name, where, a[tuple(idx)].item(), V))
+    return np.ascontiguousarray(a, dtype=np.int32)
+
+
+def _keys(x, name, n, consecutive):
+    """uint64 [n] noise keys. A scalar is one value for every row (seed) or, for frames, the first frame F with
+    row r at F + r (mod 2**64, as the CLI's uint64 arithmetic); an array gives one value per row."""
+    if np.ndim(x) == 0:
+        v = _u64_scalar(x, name)
+        if consecutive:
+            out = np.arange(n, dtype=np.uint64)
+            out += np.uint64(v)  # wraps modulo 2**64
+            return out
+        return np.full(n, v, dtype=np.uint64)
+    a = _as_array(x, name)
+    if a.dtype.kind not in "iu":
+        raise ArgumentError("%s: dtype %s, want integers in [0, 2**64)" % (name, a.dtype))
+    if a.shape != (n,):
+        raise ArgumentError("%s: shape %s, want a scalar or [N] with N = %d rows of hidden" % (name, tuple(a.shape), n))
+    if a.dtype.kind == "i" and (a < 0).any():
+        r = int(np.argmax(a < 0))
+        raise ArgumentError("%s row %d: %d is negative" % (name, r, a[r]))
+    return np.ascontiguousarray(a, dtype=np.uint64)
+
+
+def _sampling(temperature, top_k, greedy):
+    if not isinstance(greedy, (bool, np.bool_)):
+        raise ArgumentError("greedy: want a bool, got %s" % type(greedy).__name__)
+    if isinstance(temperature, (bool, np.bool_)):
+        raise ArgumentError("temperature: want a number, got a bool")
+    try:
+        t = float(temperature)
+    except (TypeError, ValueError):
+        raise ArgumentError("temperature: want a number, got %s" % type(temperature).__name__) from None
+    if not math.isfinite(t) or t < 0:
+        raise ArgumentError("temperature %r: must be finite and >= 0" % t)
+    with np.errstate(over="ignore"):
+        t32 = np.float32(t)
+    if not math.isfinite(t32):
+        raise ArgumentError("temperature %r: does not fit float32" % t)
+    if isinstance(top_k, (bool, np.bool_)):
+        raise ArgumentError("top_k: want an integer, got a bool")
+    try:
+        k = operator.index(top_k)
+    except TypeError:
+        raise ArgumentError("top_k: want an integer, got %s" % type(top_k).__name__) from None
+    if k < 0:
+        raise ArgumentError("top_k %d: must be >= 0" % k)
+    # K >= V means no top-k, so clamping to the C int range changes nothing
+    return (0.0 if greedy else t), min(k, 2**31 - 1)
+
+
+# ---- decoders ----------------------------------------------------------------------------------------------------
+
+
+class Decoder:
+    """Per-thread decoding state on a Model (which it keeps alive).
+
+    Decoder(model, backend="auto", max_batch=64, threads=0): backend "auto" (cuda if built and a GPU is present,
+    else cpu, else ref), "ref", "cpu" or "cuda"; max_batch rows per library call (1..4096; longer inputs are
+    split); threads for the cpu backend (0 = one per core). `.backend` is the backend actually in use.
+
+    Not thread-safe: use one Decoder per thread (a Model may be shared). Free it early with close() or `with`.
+    """
+
+    def __init__(self, model, backend="auto", max_batch=64, threads=0):
+        if not isinstance(model, Model):
+            raise ArgumentError("Decoder: model must be a depthdec.Model, not %s" % type(model).__name__)
+        if not isinstance(backend, str):
+            raise ArgumentError("backend: want one of %s, got %r" % (", ".join(_BACKENDS), backend))
+        for name, v in (("max_batch", max_batch), ("threads", threads)):
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+                raise ArgumentError("%s: want an integer, got %r" % (name, v))
+            if not -2**31 <= v < 2**31:
+                raise ArgumentError("%s %d: out of range" % (name, v))
+        self.model = model
+        self._cfg = model._config
+        self._h = _ext.decoder_create(model._h, backend, int(max_batch), int(threads))
+        self.backend, self.max_batch = _ext.decoder_info(self._h)
+        self._lock = threading.Lock()
+
+    def _enter(self):
+        if not self._lock.acquire(blocking=False):
+            raise Error("Decoder is in use by another thread: give each thread its own Decoder", Status.EINVAL)
+
+    def generate(self, hidden, c0=None, seed=0, frame=0, temperature=0.9, top_k=50, greedy=False):
+        """Codes c0..c(Q-1) of N frames: int32 array [N, Q].
+
+        hidden: [N, input_dim] float32 (float16/float64/integers converted); rows are consecutive frames of one
+          stream, as in the CLI: row n uses `seed` and frame `frame + n`. Per-row keys: pass `seed` and/or `frame`
+          as [N] integer arrays (then row n uses seed[n] / frame[n]).
+        c0: None (sample c0 from the model's level-0 head; needs head0) or [N] integer codes in [0, V).
+        temperature, top_k: sampling (SPEC §3; defaults 0.9 and 50, CSM's); temperature 0 or greedy=True = argmax.
+        A frame's codes depend only on (model, hidden row, c0, seed, frame, temperature, top_k).
+        """
+        c = self._cfg
+        h = _hidden(hidden, c["input_dim"])
+        n = h.shape[0]
+        c0a = None if c0 is None else _codes(c0, "c0", (n,), c["codebook_size"])
+        if c0a is None and not c["has_head0"]:
+            raise Error("%s: the model has no head0, so c0 is required" % self.model.source, Status.EUNSUPPORTED)
+        seeds = _keys(seed, "seed", n, consecutive=False)
+        frames = _keys(frame, "frame", n, consecutive=True)
+        t, k = _sampling(temperature, top_k, greedy)
+        out = np.empty((n, c["levels"]), dtype=np.int32)
+        if n == 0:
+            return out
+        self._enter()
+        try:
+            _ext.decode(self._h, n, h, c0a, seeds, frames, t, k, out)
+        finally:
+            self._lock.release()
+        return out
+
+    def score(self, hidden, codes):
+        """Teacher-forced logits: (logits float32 [N, Q-1, V] of levels 1..Q-1 given codes 0..Q-2,
+        logits0 float32 [N, V] = head0 · hidden, or None when the model has no head0).
+
+        hidden: [N, input_dim] as for generate; codes: [N, Q] integers in [0, V) (level Q-1 is not read but must
+        be in range)."""
+        c = self._cfg
+        Q, V = c["levels"], c["codebook_size"]
+        h = _hidden(hidden, c["input_dim"])
+        n = h.shape[0]
+        ca = _codes(codes, "codes", (n, Q), V)
+        logits = np.empty((n, Q - 1, V), dtype=np.float32)
+        logits0 = np.empty((n, V), dtype=np.float32) if c["has_head0"] else None
+        if n == 0:
+            return logits, logits0
+        self._enter()
+        try:
+            _ext.score(self._h, n, h, ca, logits, logits0)
+        finally:
+            self._lock.release()
+        return logits, logits0
+
+    def close(self):
+        """Free the decoder's memory now (it is freed anyway when garbage-collected). Idempotent."""
+        self._enter()
+        try:
+            _ext.decoder_close(self._h)
+        finally:
+            self._lock.release()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return "<depthdec.Decoder backend %s, max_batch %d, on %r>" % (self.backend, self.max_batch,
+                                                                       self.model.source)

@@ -1,0 +1,462 @@
+/* depthdec._ext — the CPython binding of include/depthdec.h: a thin layer, like the CLI.
+ *
+ * The Python side (__init__.py) validates and converts every input with numpy (shape, dtype, finiteness, range,
+ * C-contiguity) and hands this module plain contiguous buffers; this module re-checks the buffer sizes (so a bad
+ * call from Python cannot make the library read or write out of bounds), splits the rows into batches of at most
+ * max_batch, and calls the library with the GIL released. It is compiled against the same header and linked with
+ * the same libdepthdec.a that `make lib` builds, so structure layouts cannot drift from the library's.
+ *
+ * Handles are capsules:
+ *   "depthdec.model"    -> dd_model *           (freed when the capsule dies)
+ *   "depthdec.decoder"  -> struct py_decoder *  (holds a reference to the model capsule: the model outlives it)
+ * Errors: library statuses are raised as the exception type the package registers with set_error_type(), called
+ * as Type(message, code). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "depthdec.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#if PY_VERSION_HEX < 0x030A0000 /* Py_NewRef arrived in 3.10 */
+static inline PyObject *Py_NewRef(PyObject *o) {
+    Py_INCREF(o);
+    return o;
+}
+#endif
+
+/* Row counts whose buffer sizes could overflow Py_ssize_t are refused before any size is computed. */
+static int rows_ok(Py_ssize_t n, const dd_config *c) {
+    Py_ssize_t per_row = ((Py_ssize_t)c->levels * c->codebook_size + c->input_dim + c->levels) * 8;
+    return n >= 0 && n <= PY_SSIZE_T_MAX / per_row;
+}
+
+static PyObject *error_type; /* depthdec.Error, registered at import; RuntimeError until then */
+
+static PyObject *raise_status(dd_status code, const char *msg) {
+    PyObject *type = error_type ? error_type : PyExc_RuntimeError;
+    /* messages may carry file names in any byte encoding: decode them as the file system would */
+    PyObject *m = PyUnicode_DecodeFSDefault(msg);
+    if (!m) return NULL;
+    PyObject *exc = PyObject_CallFunction(type, "Oi", m, (int)code);
+    Py_DECREF(m);
+    if (!exc) return NULL;
+    PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+    Py_DECREF(exc);
+    return NULL;
+}
+
+static PyObject *raise_err(const dd_error *e) { return raise_status(e->code, e->msg); }
+
+static PyObject *set_error_type(PyObject *self, PyObject *arg) {
+    (void)self;
+    if (!PyType_Check(arg) || !PyType_IsSubtype((PyTypeObject *)arg, (PyTypeObject *)PyExc_Exception)) {
+        PyErr_SetString(PyExc_TypeError, "set_error_type: want an Exception subclass");
+        return NULL;
+    }
+    Py_INCREF(arg);
+    Py_XSETREF(error_type, arg);
+    Py_RETURN_NONE;
+}
+
+/* ---- model ------------------------------------------------------------------------------------------------ */
+
+#define MODEL_CAPSULE "depthdec.model"
+#define DECODER_CAPSULE "depthdec.decoder"
+
+static void model_capsule_free(PyObject *cap) {
+    dd_model *m = PyCapsule_GetPointer(cap, MODEL_CAPSULE);
+    dd_model_free(m);
+}
+
+static dd_model *get_model(PyObject *cap) { return PyCapsule_GetPointer(cap, MODEL_CAPSULE); }
+
+static PyObject *wrap_model(dd_model *m) {
+    PyObject *cap = PyCapsule_New(m, MODEL_CAPSULE, model_capsule_free);
+    if (!cap) dd_model_free(m);
+    return cap;
+}
+
+/* model_load(path) -> capsule. path: str, bytes or os.PathLike. */
+static PyObject *model_load(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *path = NULL;
+    if (!PyArg_ParseTuple(args, "O&:model_load", PyUnicode_FSConverter, &path)) return NULL;
+    dd_model *m = NULL;
+    dd_error e;
+    dd_status st;
+    const char *p = PyBytes_AS_STRING(path);
+    Py_BEGIN_ALLOW_THREADS
+    st = dd_model_load(&m, p, &e);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(path);
+    if (st) return raise_err(&e);
+    return wrap_model(m);
+}
+
+static int parse_dtype(const char *name, dd_dtype *out) {
+    static const dd_dtype all[] = {DD_F32, DD_F16, DD_BF16, DD_Q8, DD_Q4};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        if (strcmp(name, dd_dtype_name(all[i])) == 0) {
+            *out = all[i];
+            return 1;
+        }
+    return 0;
+}
+
+/* model_synthetic(kind, weights, seed) -> capsule. */
+static PyObject *model_synthetic(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *kind, *weights;
+    unsigned long long seed;
+    if (!PyArg_ParseTuple(args, "ssK:model_synthetic", &kind, &weights, &seed)) return NULL;
+    dd_dtype w;
+    if (!parse_dtype(weights, &w)) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "weights '%.40s': want f32, f16, bf16, q8 or q4", weights);
+        return raise_status(DD_EINVAL, msg);
+    }
+    dd_model *m = NULL;
+    dd_error e;
+    dd_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = dd_model_synthetic(&m, kind, w, (uint64_t)seed, &e);
+    Py_END_ALLOW_THREADS
+    if (st) return raise_err(&e);
+    return wrap_model(m);
+}
+
+static int dict_set(PyObject *d, const char *k, PyObject *v) {
+    if (!v) return -1;
+    int r = PyDict_SetItemString(d, k, v);
+    Py_DECREF(v);
+    return r;
+}
+
+/* model_config(capsule) -> dict with every dd_config field (rope and quantization nested as in the native JSON). */
+static PyObject *model_config(PyObject *self, PyObject *cap) {
+    (void)self;
+    dd_model *m = get_model(cap);
+    if (!m) return NULL;
+    const dd_config *c = dd_model_config(m);
+    PyObject *d = PyDict_New();
+    if (!d) return NULL;
+    int bad = 0;
+    bad |= dict_set(d, "block", PyUnicode_FromString(c->block == DD_BLOCK_LLAMA ? "llama" : "gpt"));
+    bad |= dict_set(d, "levels", PyLong_FromLong(c->levels));
+    bad |= dict_set(d, "codebook_size", PyLong_FromLong(c->codebook_size));
+    bad |= dict_set(d, "input_dim", PyLong_FromLong(c->input_dim));
+    bad |= dict_set(d, "dim", PyLong_FromLong(c->dim));
+    bad |= dict_set(d, "layers", PyLong_FromLong(c->layers));
+    bad |= dict_set(d, "heads", PyLong_FromLong(c->heads));
+    bad |= dict_set(d, "kv_heads", PyLong_FromLong(c->kv_heads));
+    bad |= dict_set(d, "head_dim", PyLong_FromLong(c->head_dim));
+    bad |= dict_set(d, "ffn_dim", PyLong_FromLong(c->ffn_dim));
+    bad |= dict_set(d, "norm_eps", PyFloat_FromDouble((double)c->norm_eps));
+    if (c->has_rope) {
+        PyObject *scaling;
+        if (c->rope_scaling)
+            scaling = Py_BuildValue("{s:s,s:d,s:d,s:d,s:d}", "rope_type", "llama3", "factor", c->rope_factor,
+                                    "low_freq_factor", c->rope_low_freq_factor, "high_freq_factor",
+                                    c->rope_high_freq_factor, "original_max_position_embeddings",
+                                    c->rope_original_max_pos);
+        else
+            scaling = Py_NewRef(Py_None);
+        bad |= dict_set(d, "rope", scaling ? Py_BuildValue("{s:d,s:N}", "theta", c->rope_theta, "scaling", scaling)
+                                           : NULL);
+    } else {
+        bad |= dict_set(d, "rope", Py_NewRef(Py_None));
+    }
+    if (c->quant_bits)
+        bad |= dict_set(d, "quantization", Py_BuildValue("{s:i,s:i,s:s}", "bits", c->quant_bits, "group_size",
+                                                         c->quant_group, "mode", "affine"));
+    else
+        bad |= dict_set(d, "quantization", Py_NewRef(Py_None));
+    bad |= dict_set(d, "weight_type", PyUnicode_FromString(dd_dtype_name(c->weight_type)));
+    bad |= dict_set(d, "has_head0", PyBool_FromLong(c->has_head0));
+    bad |= dict_set(d, "has_in_proj", PyBool_FromLong(c->has_in_proj));
+    bad |= dict_set(d, "has_pos", PyBool_FromLong(c->has_pos));
+    bad |= dict_set(d, "embed_in_input_space", PyBool_FromLong(c->embed_in_input_space));
+    if (bad) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* model_info(capsule) -> (tensor_count, source, weight_bytes_per_frame, weight_bytes) */
+static PyObject *model_info(PyObject *self, PyObject *cap) {
+    (void)self;
+    dd_model *m = get_model(cap);
+    if (!m) return NULL;
+    PyObject *src = PyUnicode_DecodeFSDefault(dd_model_source(m));
+    if (!src) return NULL;
+    return Py_BuildValue("(iNKK)", dd_model_tensor_count(m), src,
+                         (unsigned long long)dd_model_weight_bytes_per_frame(m),
+                         (unsigned long long)dd_model_weight_bytes(m));
+}
+
+/* ---- decoder ---------------------------------------------------------------------------------------------- */
+
+struct py_decoder {
+    dd_decoder *d;   /* NULL once closed */
+    PyObject *model; /* the model capsule, kept alive while the decoder exists */
+    const dd_config *cfg;
+};
+
+static void decoder_capsule_free(PyObject *cap) {
+    struct py_decoder *pd = PyCapsule_GetPointer(cap, DECODER_CAPSULE);
+    if (!pd) return;
+    dd_decoder_free(pd->d);
+    Py_XDECREF(pd->model);
+    PyMem_Free(pd);
+}
+
+static struct py_decoder *get_decoder(PyObject *cap) {
+    struct py_decoder *pd = PyCapsule_GetPointer(cap, DECODER_CAPSULE);
+    if (pd && !pd->d) {
+        raise_status(DD_EINVAL, "decoder is closed");
+        return NULL;
+    }
+    return pd;
+}
+
+/* decoder_create(model_capsule, backend, max_batch, threads) -> capsule */
+static PyObject *decoder_create(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *mcap;
+    const char *backend;
+    int max_batch, threads;
+    if (!PyArg_ParseTuple(args, "Osii:decoder_create", &mcap, &backend, &max_batch, &threads)) return NULL;
+    dd_model *m = get_model(mcap);
+    if (!m) return NULL;
+    dd_decoder_params p = dd_decoder_default_params();
+    if (dd_backend_parse(backend, &p.backend)) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "backend '%.40s': want auto, ref, cpu or cuda", backend);
+        return raise_status(DD_EINVAL, msg);
+    }
+    p.max_batch = max_batch;
+    p.threads = threads;
+    dd_decoder *d = NULL;
+    dd_error e;
+    dd_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = dd_decoder_create(&d, m, &p, &e);
+    Py_END_ALLOW_THREADS
+    if (st) return raise_err(&e);
+    struct py_decoder *pd = PyMem_Malloc(sizeof *pd);
+    if (!pd) {
+        dd_decoder_free(d);
+        return PyErr_NoMemory();
+    }
+    pd->d = d;
+    pd->model = Py_NewRef(mcap);
+    pd->cfg = dd_model_config(m);
+    PyObject *cap = PyCapsule_New(pd, DECODER_CAPSULE, decoder_capsule_free);
+    if (!cap) {
+        dd_decoder_free(d);
+        Py_DECREF(pd->model);
+        PyMem_Free(pd);
+    }
+    return cap;
+}
+
+/* decoder_info(capsule) -> (backend name, max_batch) */
+static PyObject *decoder_info(PyObject *self, PyObject *cap) {
+    (void)self;
+    struct py_decoder *pd = get_decoder(cap);
+    if (!pd) return NULL;
+    return Py_BuildValue("(si)", dd_backend_name(dd_decoder_backend(pd->d)), dd_decoder_max_batch(pd->d));
+}
+
+/* decoder_close(capsule): frees the decoder now (the capsule stays, unusable). Idempotent. */
+static PyObject *decoder_close(PyObject *self, PyObject *cap) {
+    (void)self;
+    struct py_decoder *pd = PyCapsule_GetPointer(cap, DECODER_CAPSULE);
+    if (!pd) return NULL;
+    dd_decoder_free(pd->d);
+    pd->d = NULL;
+    Py_RETURN_NONE;
+}
+
+/* A C-contiguous buffer of exactly `count` items of `itemsize` bytes (writable when asked). */
+static int get_buf(PyObject *obj, Py_buffer *b, Py_ssize_t count, Py_ssize_t itemsize, int writable,
+                   const char *what) {
+    if (PyObject_GetBuffer(obj, b, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0) return -1;
+    if (b->itemsize != itemsize || b->len != count * itemsize) {
+        PyErr_Format(PyExc_ValueError, "%s: buffer of %zd bytes (item %zd), want %zd items of %zd bytes", what,
+                     b->len, b->itemsize, count, itemsize);
+        PyBuffer_Release(b);
+        return -1;
+    }
+    return 0;
+}
+
+/* Rows [r, r + k) failed: name the caller's rows, as the CLI does, when they differ from the batch's. */
+static PyObject *raise_rows(const dd_error *e, Py_ssize_t r, int k, Py_ssize_t n) {
+    if (r == 0 && k == n) return raise_err(e);
+    char msg[640];
+    snprintf(msg, sizeof msg, "rows %zd..%zd: %s", r, r + k - 1, e->msg);
+    return raise_status(e->code, msg);
+}
+
+/* decode(dec, n, hidden f32[n*I], c0 i32[n] | None, seeds u64[n], frames u64[n], temperature, top_k,
+ *        codes_out i32[n*Q]) -> None. Rows are split into batches of max_batch; the GIL is released meanwhile. */
+static PyObject *decode(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *cap, *ho, *c0o, *so, *fo, *outo;
+    Py_ssize_t n;
+    float temperature;
+    int top_k;
+    if (!PyArg_ParseTuple(args, "OnOOOOfiO:decode", &cap, &n, &ho, &c0o, &so, &fo, &temperature, &top_k, &outo))
+        return NULL;
+    struct py_decoder *pd = get_decoder(cap);
+    if (!pd) return NULL;
+    const dd_config *c = pd->cfg;
+    if (!rows_ok(n, c)) return raise_status(DD_EINVAL, "decode: row count out of range");
+    Py_buffer h, c0 = {0}, s, f, out;
+    if (get_buf(ho, &h, n * c->input_dim, 4, 0, "hidden") < 0) return NULL;
+    int have_c0 = c0o != Py_None, ok = 0;
+    if (have_c0 && get_buf(c0o, &c0, n, 4, 0, "c0") < 0) goto rel_h;
+    if (get_buf(so, &s, n, 8, 0, "seeds") < 0) goto rel_c0;
+    if (get_buf(fo, &f, n, 8, 0, "frames") < 0) goto rel_s;
+    if (get_buf(outo, &out, n * c->levels, 4, 1, "codes") < 0) goto rel_f;
+    {
+        dd_sampling sp = {.temperature = temperature, .top_k = top_k};
+        int batch = dd_decoder_max_batch(pd->d);
+        dd_error e = {0};
+        dd_status st = DD_OK;
+        Py_ssize_t r = 0;
+        int k = 0;
+        Py_BEGIN_ALLOW_THREADS
+        for (; r < n; r += k) {
+            k = (int)(n - r < batch ? n - r : batch);
+            st = dd_decode(pd->d, k, (const float *)h.buf + r * c->input_dim,
+                           have_c0 ? (const int32_t *)c0.buf + r : NULL, (const uint64_t *)s.buf + r,
+                           (const uint64_t *)f.buf + r, &sp, (int32_t *)out.buf + r * c->levels, &e);
+            if (st) break;
+        }
+        Py_END_ALLOW_THREADS
+        if (st) raise_rows(&e, r, k, n);
+        else ok = 1;
+    }
+    PyBuffer_Release(&out);
+rel_f:
+    PyBuffer_Release(&f);
+rel_s:
+    PyBuffer_Release(&s);
+rel_c0:
+    if (have_c0 && c0.obj) PyBuffer_Release(&c0);
+rel_h:
+    PyBuffer_Release(&h);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* score(dec, n, hidden f32[n*I], codes i32[n*Q], logits_out f32[n*(Q-1)*V], logits0_out f32[n*V] | None) */
+static PyObject *score(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *cap, *ho, *co, *lo, *l0o;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "OnOOOO:score", &cap, &n, &ho, &co, &lo, &l0o)) return NULL;
+    struct py_decoder *pd = get_decoder(cap);
+    if (!pd) return NULL;
+    const dd_config *c = pd->cfg;
+    if (!rows_ok(n, c)) return raise_status(DD_EINVAL, "score: row count out of range");
+    Py_ssize_t Q = c->levels, V = c->codebook_size;
+    Py_buffer h, codes, lg, l0 = {0};
+    int have_l0 = l0o != Py_None, ok = 0;
+    if (get_buf(ho, &h, n * c->input_dim, 4, 0, "hidden") < 0) return NULL;
+    if (get_buf(co, &codes, n * Q, 4, 0, "codes") < 0) goto rel_h;
+    if (get_buf(lo, &lg, n * (Q - 1) * V, 4, 1, "logits") < 0) goto rel_c;
+    if (have_l0 && get_buf(l0o, &l0, n * V, 4, 1, "logits0") < 0) goto rel_lg;
+    {
+        int batch = dd_decoder_max_batch(pd->d);
+        dd_error e = {0};
+        dd_status st = DD_OK;
+        Py_ssize_t r = 0;
+        int k = 0;
+        Py_BEGIN_ALLOW_THREADS
+        for (; r < n; r += k) {
+            k = (int)(n - r < batch ? n - r : batch);
+            st = dd_score(pd->d, k, (const float *)h.buf + r * c->input_dim, (const int32_t *)codes.buf + r * Q,
+                          (float *)lg.buf + r * (Q - 1) * V, have_l0 ? (float *)l0.buf + r * V : NULL, &e);
+            if (st) break;
+        }
+        Py_END_ALLOW_THREADS
+        if (st) raise_rows(&e, r, k, n);
+        else ok = 1;
+    }
+    if (have_l0) PyBuffer_Release(&l0);
+rel_lg:
+    PyBuffer_Release(&lg);
+rel_c:
+    PyBuffer_Release(&codes);
+rel_h:
+    PyBuffer_Release(&h);
+    if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* ---- misc ------------------------------------------------------------------------------------------------- */
+
+static PyObject *backend_available(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *name;
+    if (!PyArg_ParseTuple(args, "s:backend_available", &name)) return NULL;
+    dd_backend b;
+    if (dd_backend_parse(name, &b)) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "backend '%.40s': want auto, ref, cpu or cuda", name);
+        return raise_status(DD_EINVAL, msg);
+    }
+    return PyBool_FromLong(b == DD_BACKEND_AUTO ? 1 : dd_backend_available(b));
+}
+
+static PyObject *status_name(PyObject *self, PyObject *args) {
+    (void)self;
+    int code;
+    if (!PyArg_ParseTuple(args, "i:status_name", &code)) return NULL;
+    return PyUnicode_FromString(dd_status_name((dd_status)code));
+}
+
+static PyMethodDef methods[] = {
+    {"set_error_type", set_error_type, METH_O, "Register the exception type raised for library errors."},
+    {"model_load", model_load, METH_VARARGS, "model_load(path) -> model capsule"},
+    {"model_synthetic", model_synthetic, METH_VARARGS, "model_synthetic(kind, weights, seed) -> model capsule"},
+    {"model_config", model_config, METH_O, "model_config(model) -> dict"},
+    {"model_info", model_info, METH_O, "model_info(model) -> (tensor_count, source, bytes_per_frame, bytes)"},
+    {"decoder_create", decoder_create, METH_VARARGS, "decoder_create(model, backend, max_batch, threads)"},
+    {"decoder_info", decoder_info, METH_O, "decoder_info(decoder) -> (backend, max_batch)"},
+    {"decoder_close", decoder_close, METH_O, "decoder_close(decoder): free it now"},
+    {"decode", decode, METH_VARARGS, "decode(dec, n, hidden, c0, seeds, frames, T, K, codes_out)"},
+    {"score", score, METH_VARARGS, "score(dec, n, hidden, codes, logits_out, logits0_out)"},
+    {"backend_available", backend_available, METH_VARARGS, "backend_available(name) -> bool"},
+    {"status_name", status_name, METH_VARARGS, "status_name(code) -> str"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "depthdec._ext", "CPython binding of libdepthdec.", -1,
+                                    methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__ext(void) {
+    PyObject *mod = PyModule_Create(&module);
+    if (!mod) return NULL;
+    static const struct {
+        const char *name;
+        int value;
+    } ints[] = {
+        {"OK", DD_OK},           {"EINVAL", DD_EINVAL},     {"EIO", DD_EIO},
+        {"EFORMAT", DD_EFORMAT}, {"EMODEL", DD_EMODEL},     {"ENOMEM", DD_ENOMEM},
+        {"ENUMERIC", DD_ENUMERIC}, {"EUNSUPPORTED", DD_EUNSUPPORTED},
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof *ints; i++)
+        if (PyModule_AddIntConstant(mod, ints[i].name, ints[i].value) < 0) goto fail;
+    if (PyModule_AddStringConstant(mod, "VERSION", DD_VERSION_STRING) < 0) goto fail;
+    return mod;
+fail:
+    Py_DECREF(mod);
+    return NULL;
+}
