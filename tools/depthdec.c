@@ -42,7 +42,7 @@ static void die_usage(const char *fmt, ...) {
     va_start(ap, fmt);
     fprintf(stderr, "depthdec: ");
     vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n(run 'depthdec --help' for usage)\n");
+    fprintf(stderr, " (run 'depthdec --help' for usage)\n"); /* one line (SPEC §5) */
     va_end(ap);
     exit(EXIT_USAGE);
 }
@@ -111,7 +111,11 @@ static int positionals(opts *o, const char **pos, int max) {
     int n = 0;
     for (int i = 0; i < o->argc; i++) {
         if (o->used[i]) continue;
-        if (o->argv[i][0] == '-' && o->argv[i][1]) die_usage("unknown option '%s'", o->argv[i]);
+        if (o->argv[i][0] == '-' && o->argv[i][1]) {
+            for (int j = 0; j < o->argc; j++)
+                if (o->used[j] && strcmp(o->argv[j], o->argv[i]) == 0) die_usage("%s given more than once", o->argv[i]);
+            die_usage("unknown option '%s'", o->argv[i]);
+        }
         if (n == max) die_usage("unexpected argument '%s'", o->argv[i]);
         pos[n++] = o->argv[i];
     }
@@ -226,6 +230,7 @@ static int cmd_demo(opts *o) {
     const char *fr = opt_str(o, "--frames"), *th = opt_str(o, "--threads"), *wt = opt_str(o, "--weights");
     int threads = th ? (int)parse_int("--threads", th, 0, 1024) : 0;
     dd_dtype w = wt ? parse_weights(wt) : DD_BF16;
+    int frames = fr ? (int)parse_int("--frames", fr, 1, 100000) : 0; /* 0: the backend's default, below */
     const char *pos[1];
     if (positionals(o, pos, 0)) die_usage("demo takes no arguments");
     dd_error e;
@@ -238,8 +243,7 @@ static int cmd_demo(opts *o) {
         return 1;
     }
     dd_backend used = dd_decoder_backend(d);
-    int frames = fr ? (int)parse_int("--frames", fr, 1, 100000)
-                    : (used == DD_BACKEND_REF ? 3 : used == DD_BACKEND_CPU ? 20 : 200);
+    if (!frames) frames = used == DD_BACKEND_REF ? 3 : used == DD_BACKEND_CPU ? 20 : 200;
     const dd_config *c = dd_model_config(m);
     printf("depthdec %s demo: synthetic GPT-dims depth decoder (THE WEIGHTS ARE SYNTHETIC: deterministic random\n"
            "numbers, not a trained model, so the codes are not speech). Built in %.0f ms.\n",
@@ -299,10 +303,21 @@ static float *read_hidden(const char *path, int input_dim, int64_t *n) {
         free(h);
         return NULL;
     }
+    /* Checked here, before any work, so that the message names the file's row (the library only knows the
+     * row within one batch). */
+    for (int64_t r = 0; h && r < *n; r++)
+        for (int i = 0; i < input_dim; i++)
+            if (!isfinite(h[r * input_dim + i])) {
+                fprintf(stderr, "depthdec: %s (--hidden): row %lld, element %d: non-finite value %g\n", path,
+                        (long long)r, i, (double)h[r * input_dim + i]);
+                free(h);
+                return NULL;
+            }
     return h;
 }
 
-static int32_t *read_codes(const char *path, const char *what, int ndim, const int64_t *shape) {
+/* codes [n, Q] (ndim 2) or c0 [n] (ndim 1), each value checked to lie in [0, V) (message names the file row). */
+static int32_t *read_codes(const char *path, const char *what, int ndim, const int64_t *shape, int V) {
     dd_npy a;
     dd_error e;
     if (dd_npy_read(path, &a, &e)) {
@@ -312,6 +327,18 @@ static int32_t *read_codes(const char *path, const char *what, int ndim, const i
     int32_t *c = NULL;
     if (dd_npy_to_i32(&a, path, what, ndim, shape, &c, &e)) fail(&e);
     dd_npy_free(&a);
+    int64_t per_row = ndim == 2 ? shape[1] : 1;
+    for (size_t i = 0; c && i < (size_t)(shape[0] * per_row); i++)
+        if (c[i] < 0 || c[i] >= V) {
+            if (ndim == 2)
+                fprintf(stderr, "depthdec: %s (%s): row %lld, level %lld: code %d outside [0, %d)\n", path, what,
+                        (long long)(i / per_row), (long long)(i % per_row), (int)c[i], V);
+            else
+                fprintf(stderr, "depthdec: %s (%s): row %lld: code %d outside [0, %d)\n", path, what, (long long)i,
+                        (int)c[i], V);
+            free(c);
+            return NULL;
+        }
     return c;
 }
 
@@ -353,7 +380,7 @@ static int cmd_generate(opts *o) {
     dd_decoder *d = NULL;
     float *h = read_hidden(hid, c->input_dim, &n);
     if (!h) goto done;
-    if (c0p && !(c0 = read_codes(c0p, "--c0", 1, (int64_t[]){n}))) goto done;
+    if (c0p && !(c0 = read_codes(c0p, "--c0", 1, (int64_t[]){n}, c->codebook_size))) goto done;
     if (!c0 && !c->has_head0) {
         fprintf(stderr, "depthdec: %s: the model has no head0, so --c0 is required\n", model);
         goto done;
@@ -422,7 +449,7 @@ static int cmd_score(opts *o) {
     dd_decoder *d = NULL;
     float *h = read_hidden(hid, c->input_dim, &n);
     if (!h) goto done;
-    if (!(codes = read_codes(cp, "--codes", 2, (int64_t[]){n, Q}))) goto done;
+    if (!(codes = read_codes(cp, "--codes", 2, (int64_t[]){n, Q}, V))) goto done;
     if (l0p && !c->has_head0) {
         fprintf(stderr, "depthdec: %s: the model has no head0, so --logits0 cannot be written\n", model);
         goto done;
@@ -443,13 +470,24 @@ static int cmd_score(opts *o) {
             goto done;
         }
     }
-    if (dd_npy_write(out, DD_NPY_F32, 3, (int64_t[]){n, Q - 1, V}, lg, &e)) {
+    /* all or nothing: the logits go to a staging name first and are renamed over --out only once --logits0 is
+     * written too, so a failure leaves neither new file and any earlier --out untouched */
+    char stage[1200];
+    snprintf(stage, sizeof stage, "%s.tmp.%d.score", out, (int)getpid());
+    if (dd_npy_write(l0p ? stage : out, DD_NPY_F32, 3, (int64_t[]){n, Q - 1, V}, lg, &e)) {
+        if (l0p) snprintf(e.msg, sizeof e.msg, "%s: cannot write: %s", out, strerror(errno ? errno : EIO));
         fail(&e);
         goto done;
     }
     if (l0p && dd_npy_write(l0p, DD_NPY_F32, 2, (int64_t[]){n, V}, l0, &e)) {
         fail(&e);
-        remove(out); /* all or nothing */
+        remove(stage);
+        goto done;
+    }
+    if (l0p && rename(stage, out) != 0) {
+        fprintf(stderr, "depthdec: %s: %s\n", out, strerror(errno));
+        remove(stage);
+        remove(l0p);
         goto done;
     }
     rc = 0;
@@ -486,6 +524,7 @@ static int cmd_bench(opts *o) {
     dd_dtype w = wt ? parse_weights(wt) : DD_BF16;
     int batch = bt ? (int)parse_int("--batch", bt, 1, 4096) : 1;
     int threads = th ? (int)parse_int("--threads", th, 0, 1024) : 0;
+    int frames = fr ? (int)parse_int("--frames", fr, 1, 1000000) : 0; /* 0: the backend's default, below */
     dd_model *m;
     dd_error e;
     if (model ? dd_model_load(&m, model, &e) : dd_model_synthetic(&m, syn, w, 0, &e)) return fail(&e);
@@ -496,8 +535,7 @@ static int cmd_bench(opts *o) {
         return 1;
     }
     dd_backend used = dd_decoder_backend(d);
-    int frames = fr ? (int)parse_int("--frames", fr, 1, 1000000)
-                    : (used == DD_BACKEND_REF ? 3 : used == DD_BACKEND_CPU ? 20 : 200);
+    if (!frames) frames = used == DD_BACKEND_REF ? 3 : used == DD_BACKEND_CPU ? 20 : 200;
     size_t nh = (size_t)batch * c->input_dim;
     float *h = malloc(nh * sizeof *h);
     int32_t *c0 = malloc((size_t)batch * sizeof *c0), *codes = malloc((size_t)batch * c->levels * sizeof *codes);
@@ -695,7 +733,7 @@ static int cmd_quality(opts *o) {
     float *h = NULL, *ld = NULL, *lq = NULL;
     int32_t *codes = NULL;
     if (hp) {
-        if (!(h = read_hidden(hp, c->input_dim, &n)) || !(codes = read_codes(cp, "--codes", 2, (int64_t[]){n, Q})))
+        if (!(h = read_hidden(hp, c->input_dim, &n)) || !(codes = read_codes(cp, "--codes", 2, (int64_t[]){n, Q}, V)))
             goto done;
     } else {
         h = malloc((size_t)n * c->input_dim * sizeof *h);
@@ -782,10 +820,7 @@ done:
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) {
-        fputs(USAGE, stderr);
-        return EXIT_USAGE;
-    }
+    if (argc < 2) die_usage("no command given");
     const char *cmd = argv[1];
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
         fputs(USAGE, stdout);
