@@ -85,3 +85,5 @@ fuzz:
 	    $(FUZZ_CC) -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer -std=c11 -D_GNU_SOURCE -Wall -Wextra -Iinclude -Isrc \
 	        -o $$f fuzz/$${f##*/}.c $(FUZZ_BUILD)/libdepthdec.a -ljansson -lm -pthread || exit 1; \
 	done
+# tests/test_fuzz_regress.c replays fuzz/regressions/ through the harnesses it includes
+$(BUILD)/test_fuzz_regress: $(wildcard fuzz/*.c fuzz/*.h)

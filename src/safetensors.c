@@ -108,6 +108,10 @@ static dd_status st_parse(dd_st_file *f, dd_error *err) {
     json_error_t je;
     f->header = json_loadb((const char *)f->map + 8, (size_t)n, JSON_REJECT_DUPLICATES,
                            &je);
+    /* jansson gives every syntax error a text; an allocation failure comes back with none (or, in some paths,
+     * as json_error_out_of_memory): that is DD_ENOMEM, not a format error */
+    if (!f->header && (json_error_code(&je) == json_error_out_of_memory || je.text[0] == 0))
+        return dd_fail(err, DD_ENOMEM, "%s: out of memory parsing the %llu-byte header", p, (unsigned long long)n);
     if (!f->header) return dd_fail(err, DD_EFORMAT, "%s: header JSON: %s (at byte %d)", p, je.text, je.position);
     if (!json_is_object(f->header)) return dd_fail(err, DD_EFORMAT, "%s: header is not a JSON object", p);
     size_t data_size = f->size - 8 - (size_t)n;
