@@ -1,0 +1,262 @@
+/* CUDA backend: what the host side and the device side share — the device weight layout, the op program the
+ * persistent frame kernel interprets, the scratch it needs, and the launch entry point.
+ *
+ * Structure of the backend (src/cuda/):
+ *   cu_common.cuh  this file: types and constants, host/device helpers
+ *   cu_mma.cuh     device: bf16 split of activations, weight fragments (f32/f16/bf16/q8/q4), mma.sync
+ *   cu_linear.cuh  device: the fused norm-prologue linear (small-batch and large-batch schedules)
+ *   cu_attend.cuh  device: KV append + causal attention (MHA/GQA/RoPE)
+ *   cu_sample.cuh  device: Philox/Gumbel, exact top-k by radix select, Gumbel-max, embedding gather
+ *   frame.cu       the persistent frame kernel (op interpreter + grid barrier) and its launcher
+ *   upload.cu      dd_weight views -> device fragment layout (kept in the stored type)
+ *   backend.cu     the dd_cuda_backend vtable: decoder state, frame programs, decode/score
+ *   host_entry.cu  dd_cuda_*_host test entry points, dd_cuda_copy_bandwidth, device presence
+ *
+ * Numerics contract of every linear (it is what makes a stream's results independent of the batch size):
+ *   activations n (float32, after the norm prologue) are split n = hi + lo with hi = bf16(n), lo = bf16(n - hi)
+ *   (|n - hi - lo| <= 2^-18 |n|, about float32 accumulation error), weights enter the tensor cores exactly
+ *   (bf16 as is; f16 as two bf16 terms, exact; f32 and small-group quantized as three bf16 terms; MLX q8/q4 with
+ *   group % 16 == 0 as the integer q, exact, with the group's scale and bias applied in float32 after each
+ *   group: s * sum(q n) + b * sum(n)). For output (row j, token t) the products are accumulated by
+ *   mma.sync.m16n8k16 (fp32 accumulate) k-tile by k-tile in a fixed term order into a partial p_c per chunk of
+ *   CU_CKT k-tiles (starting from 0), and acc = ((0 + p_0) + p_1) + ... in chunk order. Every schedule (small or
+ *   large batch, any grid) computes exactly this, and an MMA's output column depends only on its own input
+ *   column, so each stream's logits are bit-identical whatever the batch size or its row in the batch.
+ */
+#ifndef DD_CU_COMMON_CUH
+#define DD_CU_COMMON_CUH
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+extern "C" {
+#include "backend.h"
+#include "depthdec.h"
+#include "kernels.h"
+#include "model.h"
+#include "sample.h"
+#include "util.h"
+}
+
+#define CU_THREADS 512 /* threads per block of the frame kernel (16 warps), one block per SM */
+#define CU_WARPS 16
+#define CU_CKT 8 /* k-tiles (of 16 columns) per accumulation chunk */
+
+/* shared memory of the frame kernel (dynamic), in bytes */
+#define CU_ACT_BYTES (144 * 1024) /* staged activations (small schedule) / B tiles (large) / attention, sampler */
+#define CU_PART_SLOTS 64          /* chunk partials of one round, 512 B each */
+#define CU_ACC_SLOTS 32           /* running accumulators (unit, half), 512 B each */
+#define CU_ASUM_FLOATS 2048       /* group sums of the staged activations (quantized weights) */
+#define CU_MISC_BYTES 8192 /* flags, sampler scratch, norm statistics, two sets of three op slots */
+#define CU_SMEM_BYTES                                                                                              \
+    (CU_ACT_BYTES + CU_PART_SLOTS * 512 + CU_ACC_SLOTS * 512 + CU_ASUM_FLOATS * 4 + CU_MISC_BYTES)
+
+#define CU_SMALL_T 8 /* at most this many tokens (rows of x) per linear for the small-batch schedule */
+#define CU_BIG_UNITS 4 /* large schedule: units (m-tiles or gate/up pairs) per block tile */
+#define CU_BIG_NT 16   /* large schedule: n-tiles (8 tokens) per block tile */
+
+/* how weights enter the tensor cores */
+enum { WM_BF16 = 0, WM_F16 = 1, WM_F32 = 2, WM_QINT = 3, WM_QDEQ = 4 };
+
+/* A weight matrix on the device in m16n8k16 A-fragment order: for m-tile mt (16 rows) and k-tile kt (16 columns)
+ * one tile of 32 lanes x 8 elements, lane = 4 g + c holding rows (g, g+8) x columns (2c, 2c+1, 2c+8, 2c+9) in the
+ * order (g,2c) (g,2c+1) (g+8,2c) (g+8,2c+1) (g,2c+8) (g,2c+9) (g+8,2c+8) (g+8,2c+9); tiles m-tile major. Elements
+ * keep the stored type (f32 4 B, f16/bf16 2 B, q8 1 B, q4 one nibble, low nibble first). Rows and columns past
+ * the matrix are zero. Quantized: scales/biases per (mt, group, row of 16) as (s, b) pairs in the stored type.
+ * pair: SwiGLU gate and up matrices interleaved by m-tile (device m-tile 2i = gate tile i, 2i+1 = up tile i). */
+typedef struct cu_mat {
+    int type;       /* dd_dtype */
+    int wm;         /* WM_* */
+    int N, K;       /* rows (of one half when pair), columns */
+    int MT, KT;     /* device m-tiles (both halves when pair), k-tiles */
+    int pair;
+    int group, NG, sbtype;
+    int tile_bytes; /* per (mt, kt) */
+    int lane_bytes; /* tile_bytes / 32 */
+    int sb_bytes;   /* bytes of one (s, b) pair */
+    const uint8_t *frag;
+    const uint8_t *sb;
+} cu_mat;
+
+/* A row-major table on the device for gathers (embeddings, hidden copies): dense rows or MLX rows. */
+typedef struct cu_raw {
+    int type, rows, cols;
+    const uint8_t *data;
+    size_t pitch; /* bytes per row of data */
+    const uint8_t *scales, *biases;
+    int sbtype, group;
+    size_t sb_pitch;
+} cu_raw;
+
+enum { CU_OP_LINEAR = 1, CU_OP_ATTEND = 2, CU_OP_SAMPLE = 3 };
+
+typedef struct cu_linear {
+    cu_mat w;
+    const float *bias, *bias2;
+    int norm;
+    const float *norm_w, *norm_b;
+    float eps;
+    int act;
+    const float *x;
+    int ldx;
+    float *y;
+    int ldy;
+    const float *res;
+    int ldr;
+    const float *add;
+    int lda;
+    int tmul; /* T = n * tmul */
+    int fuse; /* index of the ATTEND or SAMPLE op this linear runs inline on the small schedule, or -1 */
+} cu_linear;
+
+typedef struct cu_attend {
+    const float *qkv; /* [T][(H + 2 KVH) HD], token t = s P + i */
+    float *out;       /* [T][H HD] */
+    float *kc, *vc;   /* stream s, position p: kc + s cstride + p (KVH HD) */
+    size_t cstride;
+    int P, p0, H, KVH, HD;
+    const double *rope; /* [Qmax][HD/2][2] cos, sin (double), or NULL */
+} cu_attend;
+
+typedef struct cu_sample {
+    const float *logits; /* stream s: logits + s ldl, V values */
+    int ldl, V, level;
+    int forced;          /* 1: the code is given (code_in) or is the stream index (code_is_stream): no sampling */
+    const int32_t *code_in;
+    int ldi;
+    int code_is_stream;
+    int32_t *code_out; /* written when not NULL: code_out[s ldo] */
+    int ldo;
+    int gather;        /* 1: x_next[s] = table row (code + row_off) (+ pos) */
+    cu_raw table;
+    int row_off;
+    float *xn;
+    int ldxn;
+    const float *pos; /* [cols] or NULL */
+} cu_sample;
+
+typedef struct cu_op {
+    int type;
+    int bar_after; /* grid barrier after the op (when it ran) */
+    cu_linear lin;
+    cu_attend att;
+    cu_sample smp;
+} cu_op;
+
+/* errors reported by the kernel: both words start as CU_ERR_CLEAR (one byte memset); err[0] becomes
+ * CU_ERR_TIMEOUT when a grid barrier timed out, err[1] = min over (row << 8 | level) with no finite logit */
+#define CU_ERR_CLEAR 0x7F7F7F7F
+#define CU_ERR_TIMEOUT 1
+
+typedef struct cu_params {
+    const cu_op *ops;
+    int nops;
+    int n;
+    float temp;
+    int topk;
+    const uint64_t *seeds, *frames; /* [n] or NULL (all 0) */
+    unsigned long long *bar;        /* grid barrier counter */
+    unsigned long long bar_base;
+    int *err;      /* [2] */
+    uint4 *act;    /* large schedule: activations in B-fragment order */
+    float *asum;   /* large schedule: group sums */
+    unsigned *cnt; /* completion counters of fused ops (reset to 0 by their last user) */
+    int force_big; /* test hook: every linear on the large schedule */
+    unsigned long long timeout_ns; /* a grid barrier gives up after this long */
+    unsigned long long *prof;      /* test hook: per-category nanoseconds summed over blocks, or NULL */
+} cu_params;
+
+/* profile categories (dd_cuda_test_profile) */
+enum { CU_PROF_LINEAR = 0, CU_PROF_FATTEND, CU_PROF_FSAMPLE, CU_PROF_BIG, CU_PROF_ATTEND, CU_PROF_SAMPLE, CU_PROF_WAIT,
+       CU_PROF_TOTAL, CU_NPROF };
+
+/* ---- host/device helpers: the schedule decisions both sides must agree on ------------------------------- */
+
+__host__ __device__ static inline int cu_lin_T(const cu_linear *L, int n) { return n * L->tmul; }
+__host__ __device__ static inline int cu_act_stride(int KT) { return ((KT * 16 + 31) / 32) * 32 + 8; }
+__host__ __device__ static inline int cu_lin_small(const cu_linear *L, int T, int force_big) {
+    if (force_big || T > CU_SMALL_T) return 0;
+    if ((size_t)T * cu_act_stride(L->w.KT) * 4 > CU_ACT_BYTES) return 0;
+    if (L->w.wm == WM_QINT && T * L->w.NG > CU_ASUM_FLOATS) return 0;
+    return 1;
+}
+/* fused attention needs head boundaries on m-tile boundaries */
+__host__ __device__ static inline int cu_can_fuse_attend(const cu_attend *A) { return A->HD % 16 == 0; }
+
+/* Whether op i runs (an ATTEND/SAMPLE fused into the previous linear does not) and how many grid barriers it
+ * takes. The host counts barriers with the same function to advance the barrier counter's base. */
+__host__ __device__ static inline int cu_op_fused(const cu_op *ops, int i, int n, int force_big) {
+    if (i == 0 || ops[i - 1].type != CU_OP_LINEAR || ops[i - 1].lin.fuse != i) return 0;
+    const cu_linear *L = &ops[i - 1].lin;
+    if (!cu_lin_small(L, cu_lin_T(L, n), force_big)) return 0;
+    if (ops[i].type == CU_OP_ATTEND) return cu_can_fuse_attend(&ops[i].att);
+    return 1;
+}
+__host__ __device__ static inline int cu_op_barriers(const cu_op *ops, int i, int n, int force_big) {
+    const cu_op *o = &ops[i];
+    if (o->type == CU_OP_LINEAR) /* the large schedule: a barrier between its phases and one after it, always
+                                     (its staging buffer is shared by every linear) */
+        return cu_lin_small(&o->lin, cu_lin_T(&o->lin, n), force_big) ? o->bar_after : 2;
+    if (cu_op_fused(ops, i, n, force_big)) return 0;
+    return o->bar_after;
+}
+
+/* ---- host side ------------------------------------------------------------------------------------------- */
+
+/* Device scratch of one decoder (or one test call). */
+typedef struct cu_scratch {
+    unsigned long long *bar;
+    unsigned long long bar_base;
+    int *err;
+    uint4 *act;
+    size_t act_bytes;
+    float *asum;
+    size_t asum_floats;
+    unsigned *cnt;
+    int ncnt;
+    int grid;
+    int own_err;
+} cu_scratch;
+
+int cu_grid_size(void); /* blocks of the frame kernel (SM count), 0 when no device */
+
+/* Allocate scratch for programs with at most max_tokens tokens per linear and K <= max_k. */
+dd_status cu_scratch_init(cu_scratch *s, int max_tokens, int max_k, int max_groups, int ncnt, dd_error *err);
+/* err_dev: the 2 error words live there (the caller's buffer) instead of in the scratch */
+dd_status cu_scratch_init2(cu_scratch *s, int max_tokens, int max_k, int max_groups, int *err_dev, dd_error *err);
+void cu_scratch_free(cu_scratch *s);
+
+/* Run ops (host copy h_ops, device copy d_ops) for n streams: resets the error flags and enqueues one launch of
+ * the frame kernel on `stream`; the caller synchronizes and then calls cu_check_errors. */
+dd_status cu_run_program(cu_scratch *s, const cu_op *h_ops, const cu_op *d_ops, int nops, int n, float temp,
+                         int topk, const uint64_t *d_seeds, const uint64_t *d_frames, int force_big,
+                         cudaStream_t stream, dd_error *err);
+/* After the stream has synchronized: DD_OK, or the error the kernel flagged (timeout; no finite logit). */
+dd_status cu_check_errors(cu_scratch *s, dd_error *err);
+/* the same from the two error words already copied to the host */
+dd_status cu_check_error_words(cu_scratch *s, const int e[2], dd_error *err);
+
+/* upload.cu: a matrix from row ranges of views (concatenated), or a gate/up pair; a raw table */
+typedef struct cu_rows {
+    const dd_weight *w;
+    int64_t r0, n;
+} cu_rows;
+dd_status cu_mat_upload(cu_mat *out, const cu_rows *src, int nsrc, int pair, void ***allocs, int *nallocs,
+                        dd_error *err);
+dd_status cu_raw_upload(cu_raw *out, const dd_weight *w, int64_t r0, int64_t nrows, void ***allocs, int *nallocs,
+                        dd_error *err);
+/* cudaMalloc + copy of n floats (NULL src -> NULL) */
+dd_status cu_upload_f32(float **out, const float *src, size_t n, void ***allocs, int *nallocs, dd_error *err);
+dd_status cu_alloc(void **out, size_t bytes, void ***allocs, int *nallocs, dd_error *err);
+void cu_free_all(void **allocs, int nallocs);
+
+#define CU_TRY(call, err, what)                                                                                    \
+    do {                                                                                                           \
+        cudaError_t ce_ = (call);                                                                                  \
+        if (ce_ != cudaSuccess)                                                                                    \
+            return dd_fail(err, ce_ == cudaErrorMemoryAllocation ? DD_ENOMEM : DD_EUNSUPPORTED,                    \
+                           "backend cuda: %s: %s", what, cudaGetErrorString(ce_));                                 \
+    } while (0)
+
+#endif

@@ -1,0 +1,246 @@
+/* SPEC §3 sampling on the device, bit-identical to dd_sample_core (src/sample.c) for equal logits:
+ * Philox4x32-10, u from the top 24 bits, g = (float)(-log(-log((double)u))) in double, s = fl(fl(z * invT) + g)
+ * with __fmul_rn/__fadd_rn, the exact K-th largest key by a 4-pass 8-bit radix select (integer histograms, so the
+ * order of the atomic adds does not matter), NaN as -inf, ties to the lowest index, and the rule of sample.c
+ * that the first candidate is always taken (a level whose candidates all score -inf returns the lowest one).
+ * One block samples one stream; then the drawn code's embedding row (+ learned position) is gathered as the next
+ * pass's input. */
+#ifndef DD_CU_SAMPLE_CUH
+#define DD_CU_SAMPLE_CUH
+
+#include "cu_common.cuh"
+
+#include <cuda_fp16.h>
+
+__device__ __forceinline__ void cu_philox(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0,
+                                          uint32_t k1, uint32_t out[4]) {
+#pragma unroll
+    for (int r = 0; r < 10; r++) {
+        if (r > 0) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        uint32_t hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+        uint32_t hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+        uint32_t n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+        c0 = n0;
+        c1 = lo1;
+        c2 = n2;
+        c3 = lo0;
+    }
+    out[0] = c0;
+    out[1] = c1;
+    out[2] = c2;
+    out[3] = c3;
+}
+
+__device__ __forceinline__ float cu_gumbel_word(uint32_t x) {
+    float u = __fmul_rn((float)((x >> 8) | 1u), 0x1p-24f);
+    return __double2float_rn(-log(-log((double)u)));
+}
+
+__device__ __forceinline__ uint32_t cu_order_key(float f) {
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x007FFFFFu;
+    if (u == 0x80000000u) u = 0;
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+/* smem scratch: hist[256] u32, then 2 ints (bucket, k), then per-warp (float, int) pairs */
+struct cu_samp_smem {
+    unsigned *hist;
+    int *sel;
+    float *rv;
+    int *ri;
+};
+
+/* the better of (s, i) and (t, j): larger score, then lower index; index -1 means "none" */
+__device__ __forceinline__ void cu_best(float &s, int &i, float t, int j) {
+    if (j < 0) return;
+    if (i < 0 || t > s || (t == s && j < i)) {
+        s = t;
+        i = j;
+    }
+}
+
+__device__ __forceinline__ void cu_block_best(float &s, int &i, const cu_samp_smem &S) {
+    for (int o = 16; o > 0; o >>= 1) {
+        float t = __shfl_xor_sync(0xffffffffu, s, o);
+        int j = __shfl_xor_sync(0xffffffffu, i, o);
+        cu_best(s, i, t, j);
+    }
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0) {
+        S.rv[warp] = s;
+        S.ri[warp] = i;
+    }
+    __syncthreads();
+    s = S.rv[0];
+    i = S.ri[0];
+    for (int w = 1; w < CU_WARPS; w++) cu_best(s, i, S.rv[w], S.ri[w]);
+    __syncthreads();
+}
+
+/* The SPEC §3 rule on z(0) .. z(V-1) (a loader: shared memory, or global memory through L2). Returns the code, or
+ * -1 when no logit is finite. Whole block. */
+template <class LD>
+__device__ int cu_sample_block(LD z, int V, float T, int K, uint64_t seed, uint64_t frame, int level,
+                               const cu_samp_smem &S) {
+    const int tid = threadIdx.x;
+    int anyf = 0;
+    for (int i = tid; i < V; i += CU_THREADS) anyf |= isfinite(z(i)) ? 1 : 0;
+    if (!__syncthreads_or(anyf)) return -1;
+    float bs = -INFINITY;
+    int bi = -1;
+    if (T == 0.0f) {
+        for (int i = tid; i < V; i += CU_THREADS) {
+            float zi = z(i);
+            if (isnan(zi) || zi == -INFINITY) continue;
+            cu_best(bs, bi, zi, i);
+        }
+        cu_block_best(bs, bi, S);
+        return bi;
+    }
+    uint32_t thr = 0;
+    if (K > 0 && K < V) {
+        uint32_t prefix = 0, mask = 0, k = (uint32_t)K;
+        for (int shift = 24; shift >= 0; shift -= 8) {
+            for (int b = tid; b < 256; b += CU_THREADS) S.hist[b] = 0;
+            __syncthreads();
+            /* warp-aggregated: one shared atomic per distinct bucket per warp (logits crowd a few buckets) */
+            for (int base = 0; base < V; base += CU_THREADS) {
+                int i = base + tid;
+                uint32_t key = i < V ? cu_order_key(z(i)) : 0u;
+                int valid = i < V && (key & mask) == prefix;
+                unsigned b = valid ? (key >> shift) & 0xFFu : 256u + (tid & 31);
+                unsigned same = __match_any_sync(0xffffffffu, b);
+                if (valid && (tid & 31) == __ffs(same) - 1) atomicAdd(&S.hist[b], (unsigned)__popc(same));
+            }
+            __syncthreads();
+            if (tid < 32) {
+                /* lane l holds buckets 8l .. 8l+7; find the bucket holding the k-th largest, as sample.c's walk
+                 * from bucket 255 down does */
+                const int lane = tid;
+                uint32_t cnt = 0;
+                for (int j = 0; j < 8; j++) cnt += S.hist[8 * lane + j];
+                uint32_t suf = cnt; /* sum over lanes >= lane */
+                for (int o = 1; o < 32; o <<= 1) {
+                    uint32_t v = __shfl_down_sync(0xffffffffu, suf, o);
+                    if (lane + o < 32) suf += v;
+                }
+                unsigned ball = __ballot_sync(0xffffffffu, suf >= k);
+                int L = 31 - __clz(ball);
+                if (lane == L) {
+                    uint32_t kk = k - (suf - cnt);
+                    int b = 8 * L;
+                    for (int j = 7; j >= 0; j--) {
+                        b = 8 * L + j;
+                        if (j == 0 || S.hist[b] >= kk) break;
+                        kk -= S.hist[b];
+                    }
+                    S.sel[0] = b;
+                    S.sel[1] = (int)kk;
+                }
+            }
+            __syncthreads();
+            prefix |= (uint32_t)S.sel[0] << shift;
+            mask |= 0xFFu << shift;
+            k = (uint32_t)S.sel[1];
+            __syncthreads();
+        }
+        thr = prefix;
+    }
+    const float invT = __fdiv_rn(1.0f, T);
+    const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int i4 = tid; 4 * i4 < V; i4 += CU_THREADS) {
+        float g4[4];
+        int have = 0;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int i = 4 * i4 + e;
+            if (i >= V) break;
+            float zi = z(i);
+            if (isnan(zi) || zi == -INFINITY || cu_order_key(zi) < thr) continue;
+            if (!have) {
+                uint32_t x[4];
+                cu_philox((uint32_t)i4, (uint32_t)level, (uint32_t)frame, (uint32_t)(frame >> 32), k0, k1, x);
+#pragma unroll
+                for (int q = 0; q < 4; q++) g4[q] = cu_gumbel_word(x[q]);
+                have = 1;
+            }
+            float si = __fadd_rn(__fmul_rn(zi, invT), g4[e]);
+            if (isnan(si)) si = -INFINITY;
+            cu_best(bs, bi, si, i);
+        }
+    }
+    cu_block_best(bs, bi, S);
+    return bi;
+}
+
+/* element d of row r of a gather table, dequantized as dd_weight_row_f32 does */
+__device__ __forceinline__ float cu_raw_val(const cu_raw &t, int r, int d) {
+    const uint8_t *row = t.data + (size_t)r * t.pitch;
+    switch (t.type) {
+    case DD_F32: return __ldg((const float *)row + d);
+    case DD_F16: return __half2float(__ushort_as_half(__ldg((const unsigned short *)row + d)));
+    case DD_BF16: return __uint_as_float((uint32_t)__ldg((const unsigned short *)row + d) << 16);
+    default: {
+        int bits = t.type == DD_Q8 ? 8 : 4, per = 32 / bits;
+        uint32_t word = __ldg((const uint32_t *)row + d / per);
+        uint32_t q = (word >> (bits * (d % per))) & ((1u << bits) - 1);
+        int g = d / t.group, es = t.sbtype == DD_F32 ? 4 : 2;
+        float s = 0, b = 0;
+        const uint8_t *sp = t.scales + (size_t)r * t.sb_pitch + (size_t)g * es;
+        const uint8_t *bp = t.biases + (size_t)r * t.sb_pitch + (size_t)g * es;
+        if (t.sbtype == DD_F32) {
+            s = __ldg((const float *)sp);
+            b = __ldg((const float *)bp);
+        } else if (t.sbtype == DD_F16) {
+            s = __half2float(__ushort_as_half(__ldg((const unsigned short *)sp)));
+            b = __half2float(__ushort_as_half(__ldg((const unsigned short *)bp)));
+        } else {
+            s = __uint_as_float((uint32_t)__ldg((const unsigned short *)sp) << 16);
+            b = __uint_as_float((uint32_t)__ldg((const unsigned short *)bp) << 16);
+        }
+        float sq = s * (float)q;
+        return sq + b;
+    }
+    }
+}
+
+/* sample (or take the given code) for stream s and gather its next input; whole block. zs: shared scratch of
+ * CU_ACT_BYTES the logits row is copied into when it fits. Returns the code (-1: no finite logit; nothing
+ * gathered). */
+__device__ __noinline__ int cu_sample_stream(const cu_sample &S, const cu_params &P, int s, float *zs, const cu_samp_smem &SS) {
+    int code;
+    if (S.forced) {
+        code = S.code_is_stream ? s : __ldcg(S.code_in + (size_t)s * S.ldi);
+    } else {
+        uint64_t seed = P.seeds ? P.seeds[s] : 0, frame = P.frames ? P.frames[s] : 0;
+        const float *zg = S.logits + (size_t)s * S.ldl;
+        if ((size_t)S.V * 4 <= CU_ACT_BYTES) {
+            for (int i = threadIdx.x; i < S.V; i += CU_THREADS) zs[i] = __ldcg(zg + i);
+            __syncthreads();
+            code = cu_sample_block([&](int i) { return zs[i]; }, S.V, P.temp, P.topk, seed, frame, S.level, SS);
+        } else {
+            code = cu_sample_block([&](int i) { return __ldcg(zg + i); }, S.V, P.temp, P.topk, seed, frame,
+                                   S.level, SS);
+        }
+    }
+    if (threadIdx.x == 0) {
+        if (code < 0) atomicMin(&P.err[1], (s << 8) | S.level);
+        if (S.code_out) S.code_out[(size_t)s * S.ldo] = code;
+    }
+    __syncthreads(); /* zs may be reused by the caller right after */
+    if (code < 0 || !S.gather) return code;
+    float *dst = S.xn + (size_t)s * S.ldxn;
+    int r = code + S.row_off;
+    for (int d = threadIdx.x; d < S.table.cols; d += CU_THREADS) {
+        float v = cu_raw_val(S.table, r, d);
+        if (S.pos) v = v + __ldg(S.pos + d);
+        dst[d] = v;
+    }
+    return code;
+}
+
+#endif

@@ -1,0 +1,732 @@
+/* GPU tests of the cuda backend (src/cuda/). Every test skips, saying so plainly, when the build has no CUDA
+ * backend ("skipped: built without CUDA") or the machine no usable device ("skipped: no CUDA device").
+ *
+ *   linear     dd_cuda_linear_host against double-precision math written here, on fresh random shapes (odd N and
+ *              K, T from 1 to 40), every weight type (f32, f16, bf16, MLX q8/q4 with groups 8..128 and every
+ *              scale type), every norm/activation/epilogue; outputs NaN-poisoned. Each case runs on both device
+ *              schedules (small-batch and large-batch, forced) and the two results must be bit-identical, and
+ *              the first and last row must come out bit-identical when computed alone (T = 1): the foundation of
+ *              batch invariance.
+ *   attend     dd_cuda_attend_host against double math: MHA/GQA, RoPE, odd head dims, 1..32 new positions.
+ *   sample     dd_cuda_sample_host bit-identical to dd_sample_core on many random rows with ties, NaN, +-inf,
+ *              rows without a finite logit, every temperature/top-k regime (greedy, K = 1, K >= V, tiny T).
+ *   e2e        through the public API against the ref backend: teacher-forced logits within 1e-4 * max|ref|,
+ *              decoded codes identical to ref's on >= 99.9% of (stream, level) pairs (tiny GPT and llama models
+ *              in every weight type, plus one stream-frame of the GPT-dims and CSM-dims models).
+ *   invariance a stream decoded alone and inside a batch of 256 (at several rows) gives the same codes, and its
+ *              teacher-forced logits are bit-identical (GPT dims bf16 and q8, CSM dims, tiny models); a batch of
+ *              512 runs.
+ *   profile    not a check: where a frame's kernel time goes (per category, every block's %globaltimer).
+ * DD_TEST_QUICK=1 keeps only small cases (for compute-sanitizer runs); DD_TEST_ONLY=<name> runs one test;
+ * DD_TEST_SEED=<n> replays a seed.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "depthdec.h"
+#include "kernels.h"
+#include "model.h"
+#include "sample.h"
+#include "util.h"
+
+#ifdef DD_WITH_CUDA
+void dd_cuda_test_force_big(int on);                            /* src/cuda/host_entry.cu */
+void dd_cuda_test_profile(int on, unsigned long long *out);     /* src/cuda/frame.cu: 8 categories */
+#endif
+
+static int cuda_ready(void) {
+#ifndef DD_WITH_CUDA
+    printf("skipped: built without CUDA\n");
+    return 0;
+#else
+    if (!dd_backend_available(DD_BACKEND_CUDA)) {
+        printf("skipped: no CUDA device\n");
+        return 0;
+    }
+    return 1;
+#endif
+}
+#define NEED_CUDA()                                                                                                \
+    do {                                                                                                           \
+        if (!cuda_ready()) {                                                                                       \
+            skip();                                                                                                \
+            return;                                                                                                \
+        }                                                                                                          \
+    } while (0)
+
+static int g_quick;
+static uint64_t g_seed, g_rng;
+static uint64_t rnd64(void) {
+    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double unif(void) { return (double)(rnd64() >> 11) * 0x1p-53; }
+static float sym(float a) { return (float)((2 * unif() - 1) * a); }
+static int below(int n) { return (int)(rnd64() % (uint64_t)n); }
+
+static int setup(void **state) {
+    (void)state;
+    g_rng = g_seed;
+    return 0;
+}
+
+#ifdef DD_WITH_CUDA
+
+static uint32_t f2u(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* ---- linear ---------------------------------------------------------------------------------------------- */
+
+typedef struct tw {
+    dd_weight w;
+    double *val;
+    uint8_t *buf[3];
+} tw;
+
+static void sb_put(dd_dtype t, uint8_t *p, float v) {
+    uint16_t h;
+    if (t == DD_F32) memcpy(p, &v, 4);
+    else {
+        h = t == DD_F16 ? dd_f32_to_f16(v) : dd_f32_to_bf16(v);
+        memcpy(p, &h, 2);
+    }
+}
+static float sb_get(dd_dtype t, const uint8_t *p) {
+    if (t == DD_F32) return dd_ldf32(p);
+    uint16_t h = dd_ld16(p);
+    return t == DD_F16 ? dd_f16_to_f32(h) : dd_bf16_to_f32(h);
+}
+
+/* rows x cols of `type` (quantized: group, scale type sbt), values ~ a, at an odd address when mis */
+static void tw_make(tw *t, dd_dtype type, int rows, int cols, int group, dd_dtype sbt, float a, int mis) {
+    memset(t, 0, sizeof *t);
+    dd_weight *w = &t->w;
+    w->type = type;
+    w->rows = rows;
+    w->cols = cols;
+    t->val = malloc((size_t)rows * cols * sizeof(double));
+    if (type <= DD_BF16) {
+        size_t es = dd_dtype_size(type);
+        w->row_bytes = (size_t)cols * es;
+        t->buf[0] = malloc(w->row_bytes * rows + 8);
+        uint8_t *d = t->buf[0] + mis;
+        w->data = d;
+        for (size_t i = 0; i < (size_t)rows * cols; i++) {
+            float v = sym(a);
+            if (type == DD_F32) memcpy(d + 4 * i, &v, 4);
+            else {
+                uint16_t h = type == DD_F16 ? dd_f32_to_f16(v) : dd_f32_to_bf16(v);
+                memcpy(d + 2 * i, &h, 2);
+                v = type == DD_F16 ? dd_f16_to_f32(h) : dd_bf16_to_f32(h);
+            }
+            t->val[i] = v;
+        }
+        return;
+    }
+    int bits = type == DD_Q8 ? 8 : 4, ng = cols / group;
+    size_t es = dd_dtype_size(sbt);
+    w->group = group;
+    w->sb_type = sbt;
+    w->row_bytes = (size_t)cols * bits / 8;
+    w->sb_row_bytes = (size_t)ng * es;
+    for (int i = 0; i < 3; i++) t->buf[i] = calloc((i ? w->sb_row_bytes : w->row_bytes) * rows + 8, 1);
+    uint8_t *d = t->buf[0] + mis, *sc = t->buf[1] + mis, *bi = t->buf[2] + mis;
+    w->data = d;
+    w->scales = sc;
+    w->biases = bi;
+    float qmax = (float)((1 << bits) - 1);
+    for (int r = 0; r < rows; r++)
+        for (int g = 0; g < ng; g++) {
+            sb_put(sbt, sc + (size_t)r * w->sb_row_bytes + g * es, (float)(2 * a / qmax * (0.5 + unif())));
+            sb_put(sbt, bi + (size_t)r * w->sb_row_bytes + g * es, sym(a) - a * 0.5f);
+        }
+    for (int r = 0; r < rows; r++)
+        for (int k = 0; k < cols; k++) {
+            uint32_t q = (uint32_t)below(1 << bits);
+            size_t bit = (size_t)k * bits;
+            d[(size_t)r * w->row_bytes + bit / 8] |= (uint8_t)(q << (bit % 8));
+            float s = sb_get(sbt, sc + (size_t)r * w->sb_row_bytes + (k / group) * es);
+            float b = sb_get(sbt, bi + (size_t)r * w->sb_row_bytes + (k / group) * es);
+            float sq = s * (float)q;
+            t->val[(size_t)r * cols + k] = (double)(sq + b);
+        }
+}
+static void tw_free(tw *t) {
+    free(t->val);
+    for (int i = 0; i < 3; i++) free(t->buf[i]);
+}
+static float *fvec(size_t n, float a) {
+    float *v = malloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) v[i] = sym(a);
+    return v;
+}
+
+typedef struct lcase {
+    int T, N, K;
+    dd_dtype type, sbt;
+    int group, norm, act, bias, res, inplace, add, bcast, pad, mis;
+} lcase;
+
+static int g_lin_runs;
+static double g_lin_worst;
+
+static void check_linear(const lcase *c) {
+    const int T = c->T, N = c->N, K = c->K;
+    const int ldx = K + (c->pad ? 3 : 0), ldy = N + (c->pad ? 5 : 0), ldr = N + (c->pad ? 2 : 0);
+    const int lda = c->bcast ? 0 : N + (c->pad ? 1 : 0);
+    const int swiglu = c->act == DD_ACT_SWIGLU;
+    tw w, w2;
+    float amp = (float)(1.7 / sqrt((double)K));
+    tw_make(&w, c->type, N, K, c->group, c->sbt, amp, c->mis);
+    if (swiglu) tw_make(&w2, c->type, N, K, c->group, c->sbt, amp, c->mis ? 3 - c->mis : 0);
+    float *x = fvec((size_t)T * ldx, 1.0f);
+    for (int i = 0; i < T * ldx; i++) x[i] = x[i] * 1.5f + 0.3f;
+    float *bias = c->bias ? fvec(N, 0.5f) : NULL, *bias2 = c->bias && swiglu ? fvec(N, 0.5f) : NULL;
+    float *nw = fvec(K, 0.2f), *nb = c->norm == DD_NORM_LAYER ? fvec(K, 0.3f) : NULL;
+    for (int k = 0; k < K; k++) nw[k] += 1.0f;
+    float *res = c->res ? fvec((size_t)T * ldr, 1.0f) : NULL;
+    float *add = c->add ? fvec(c->bcast ? (size_t)N : (size_t)T * lda, 1.0f) : NULL;
+    const float eps = 1e-5f;
+    /* reference in double, with the accumulation scale */
+    double *want = malloc((size_t)T * N * sizeof(double)), *mag = malloc((size_t)T * N * sizeof(double));
+    double *n = malloc((size_t)K * sizeof(double));
+    for (int t = 0; t < T; t++) {
+        const float *xt = x + (size_t)t * ldx;
+        double mean = 0, var = 0;
+        if (c->norm == DD_NORM_LAYER) {
+            for (int k = 0; k < K; k++) mean += xt[k];
+            mean /= K;
+        }
+        for (int k = 0; k < K; k++) var += (xt[k] - mean) * (xt[k] - mean);
+        double inv = 1.0 / sqrt(var / K + eps);
+        for (int k = 0; k < K; k++) n[k] = c->norm == DD_NORM_NONE ? xt[k] : (xt[k] - mean) * inv * nw[k] + (nb ? nb[k] : 0);
+        for (int j = 0; j < N; j++) {
+            double a = 0, am = 0, u = 0, um = 0;
+            for (int k = 0; k < K; k++) {
+                double p = n[k] * w.val[(size_t)j * K + k];
+                a += p;
+                am += fabs(p);
+            }
+            if (bias) a += bias[j], am += fabs(bias[j]);
+            double h = a, hm = am;
+            if (c->act == DD_ACT_GELU) {
+                h = 0.5 * a * (1 + erf(a / sqrt(2.0)));
+                hm = 1.2 * am;
+            } else if (swiglu) {
+                for (int k = 0; k < K; k++) {
+                    double p = n[k] * w2.val[(size_t)j * K + k];
+                    u += p;
+                    um += fabs(p);
+                }
+                if (bias2) u += bias2[j], um += fabs(bias2[j]);
+                double si = a / (1 + exp(-a));
+                h = si * u;
+                hm = 1.2 * am * fabs(u) + fabs(si) * um;
+            }
+            if (res) h += res[(size_t)t * ldr + j], hm += fabs(res[(size_t)t * ldr + j]);
+            if (add) h += add[(size_t)t * lda + j], hm += fabs(add[(size_t)t * lda + j]);
+            want[(size_t)t * N + j] = h;
+            mag[(size_t)t * N + j] = hm;
+        }
+    }
+    free(n);
+    float *y[2];
+    for (int big = 0; big < 2; big++) {
+        y[big] = malloc((size_t)T * ldy * sizeof(float));
+        float *yy = y[big];
+        for (int i = 0; i < T * ldy; i++) yy[i] = NAN;
+        const float *r = res;
+        int ldr_use = ldr;
+        if (res && c->inplace) {
+            for (int t = 0; t < T; t++) memcpy(yy + (size_t)t * ldy, res + (size_t)t * ldr, (size_t)N * 4);
+            r = yy;
+            ldr_use = ldy;
+        }
+        dd_linear_args a = {.y = yy, .ldy = ldy, .x = x, .ldx = ldx, .T = T, .w = &w.w, .bias = bias,
+                            .w2 = swiglu ? &w2.w : NULL, .bias2 = bias2, .norm = c->norm, .norm_w = nw,
+                            .norm_b = nb, .eps = eps, .act = c->act, .residual = r, .ldr = ldr_use, .add = add,
+                            .lda = lda};
+        dd_error e;
+        dd_cuda_test_force_big(big);
+        dd_status st = dd_cuda_linear_host(&a, &e);
+        dd_cuda_test_force_big(0);
+        if (st) fail_msg("linear T=%d N=%d K=%d %s: %s", T, N, K, dd_dtype_name(c->type), e.msg);
+        int bad = 0;
+        for (int t = 0; t < T; t++) {
+            for (int j = 0; j < N && bad < 3; j++) {
+                double got = yy[(size_t)t * ldy + j], wt = want[(size_t)t * N + j];
+                double tol = 4e-6 * (mag[(size_t)t * N + j] + fabs(wt)) + 1e-6;
+                if (fabs(got - wt) / tol > g_lin_worst) g_lin_worst = fabs(got - wt) / tol;
+                if (!(fabs(got - wt) <= tol)) {
+                    printf("  FAIL linear (%s schedule) T=%d N=%d K=%d %s g%d norm=%d act=%d: y[%d,%d] = %.9g, want "
+                           "%.9g (tol %.3g)\n",
+                           big ? "large" : "small", T, N, K, dd_dtype_name(c->type), c->group, c->norm, c->act, t, j,
+                           got, wt, tol);
+                    bad++;
+                }
+            }
+            for (int j = N; j < ldy; j++)
+                if (!isnan(yy[(size_t)t * ldy + j])) bad++;
+        }
+        assert_int_equal(bad, 0);
+        g_lin_runs++;
+    }
+    /* both schedules: the same bits */
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < N; j++)
+            if (f2u(y[0][(size_t)t * ldy + j]) != f2u(y[1][(size_t)t * ldy + j]))
+                fail_msg("linear T=%d N=%d K=%d %s: schedules differ at [%d,%d]: %.9g vs %.9g", T, N, K,
+                         dd_dtype_name(c->type), t, j, y[0][(size_t)t * ldy + j], y[1][(size_t)t * ldy + j]);
+    /* the first and the last row alone (T = 1) give the same bits as inside the batch */
+    if (T > 1 && !(res && c->inplace)) {
+        int rows[2] = {0, T - 1};
+        for (int ri = 0; ri < 2; ri++) {
+            int t = rows[ri];
+            float *y1 = malloc((size_t)ldy * sizeof(float));
+            for (int i = 0; i < ldy; i++) y1[i] = NAN;
+            dd_linear_args a = {.y = y1, .ldy = ldy, .x = x + (size_t)t * ldx, .ldx = ldx, .T = 1, .w = &w.w,
+                                .bias = bias, .w2 = swiglu ? &w2.w : NULL, .bias2 = bias2, .norm = c->norm,
+                                .norm_w = nw, .norm_b = nb, .eps = eps, .act = c->act,
+                                .residual = res ? res + (size_t)t * ldr : NULL, .ldr = ldr,
+                                .add = add ? add + (size_t)t * lda : NULL, .lda = lda};
+            dd_error e;
+            assert_int_equal(dd_cuda_linear_host(&a, &e), DD_OK);
+            for (int j = 0; j < N; j++)
+                if (f2u(y1[j]) != f2u(y[0][(size_t)t * ldy + j]))
+                    fail_msg("linear T=%d N=%d K=%d %s: row %d alone differs at column %d: %.9g vs %.9g", T, N, K,
+                             dd_dtype_name(c->type), t, j, y1[j], y[0][(size_t)t * ldy + j]);
+            free(y1);
+        }
+    }
+    free(y[0]);
+    free(y[1]);
+    free(want);
+    free(mag);
+    free(x);
+    free(bias);
+    free(bias2);
+    free(nw);
+    free(nb);
+    free(res);
+    free(add);
+    tw_free(&w);
+    if (swiglu) tw_free(&w2);
+}
+
+static lcase rand_case(int T, int N, int K, dd_dtype type, int group) {
+    static const dd_dtype sbts[] = {DD_F16, DD_BF16, DD_F32};
+    lcase c = {.T = T, .N = N, .K = K, .type = type, .sbt = sbts[below(3)], .group = group};
+    c.norm = below(3);
+    c.act = below(3);
+    c.bias = below(2);
+    c.res = below(2);
+    c.inplace = below(2);
+    c.add = below(3) == 0;
+    c.bcast = below(2);
+    c.pad = below(2);
+    c.mis = below(3);
+    return c;
+}
+
+static void test_linear(void **state) {
+    (void)state;
+    NEED_CUDA();
+    static const dd_dtype types[] = {DD_F32, DD_F16, DD_BF16, DD_Q8, DD_Q4};
+    static const int groups[] = {8, 16, 32, 64, 128};
+    const int ncase = g_quick ? 12 : 90;
+    for (int i = 0; i < ncase; i++) {
+        dd_dtype ty = types[i % 5];
+        int T = i % 7 == 0 ? 9 + below(32) : 1 + below(8);
+        int N = 1 + below(i % 3 ? 80 : 400);
+        int K, g = 0;
+        if (ty == DD_Q8 || ty == DD_Q4) {
+            g = groups[below(5)];
+            K = g * (1 + below(g >= 64 ? 12 : 24));
+        } else {
+            K = i % 4 == 0 ? 1 + below(40) : 16 * (1 + below(70)) + (i % 2 ? below(16) : 0);
+        }
+        lcase c = rand_case(T, N, K, ty, g);
+        check_linear(&c);
+    }
+    /* the seed's shapes: qkv, fc1 with SwiGLU pairs, fc2 with a long K */
+    if (!g_quick) {
+        lcase a = rand_case(2, 3072, 1024, DD_BF16, 0);
+        check_linear(&a);
+        lcase b = rand_case(1, 512, 1024, DD_Q8, 64);
+        b.act = DD_ACT_SWIGLU;
+        check_linear(&b);
+        lcase d = rand_case(3, 100, 8192, DD_BF16, 0);
+        check_linear(&d);
+    }
+    printf("  linear: %d runs within tolerance (worst %.3f of tolerance); schedules and rows bit-identical\n",
+           g_lin_runs, g_lin_worst);
+}
+
+/* ---- attend ---------------------------------------------------------------------------------------------- */
+
+static void test_attend(void **state) {
+    (void)state;
+    NEED_CUDA();
+    const int ncase = g_quick ? 6 : 40;
+    double worst = 0;
+    for (int ci = 0; ci < ncase; ci++) {
+        static const int hd_list[] = {1, 7, 10, 16, 18, 24, 64, 128};
+        int HD = hd_list[below(8)], KV = 1 + below(4), H = KV * (1 + below(4)), rope = HD > 1 && below(2);
+        int T = 1 + below(ci % 5 == 0 ? 32 : 3), p0 = below(33 - T);
+        if (ci == 1) T = 32, p0 = 32; /* 64 keys: the most a frame can have (DD_MAX_LEVELS) */
+        int Q = p0 + T, kvw = KV * HD, qw = (H + 2 * KV) * HD, half = HD / 2;
+        double inv[DD_MAX_HEAD_DIM];
+        for (int j = 0; j < half; j++) inv[j] = 1.0 / pow(ci % 2 ? 500000.0 : 10000.0, 2.0 * j / HD);
+        float *qkv = fvec((size_t)T * qw, 1.0f), *kc0 = fvec((size_t)Q * kvw, 1.0f), *vc0 = fvec((size_t)Q * kvw, 1.0f);
+        double *kr = malloc((size_t)Q * kvw * sizeof(double)), *vr = malloc((size_t)Q * kvw * sizeof(double));
+        double *qr = malloc((size_t)T * H * HD * sizeof(double)), *want = malloc((size_t)T * H * HD * sizeof(double));
+        for (int i = 0; i < p0 * kvw; i++) kr[i] = kc0[i], vr[i] = vc0[i];
+        for (int t = 0; t < T; t++) {
+            int p = p0 + t;
+            for (int h = 0; h < H + KV; h++) {
+                const float *v = qkv + (size_t)t * qw + (size_t)h * HD;
+                double *o = h < H ? qr + ((size_t)t * H + h) * HD : kr + (size_t)p * kvw + (size_t)(h - H) * HD;
+                for (int j = 0; j < HD; j++) o[j] = v[j];
+                if (rope)
+                    for (int j = 0; j < half; j++) {
+                        double cc = cos(p * inv[j]), s = sin(p * inv[j]);
+                        o[j] = v[j] * cc - v[j + half] * s;
+                        o[j + half] = v[j + half] * cc + v[j] * s;
+                    }
+            }
+            for (int i = 0; i < kvw; i++) vr[(size_t)p * kvw + i] = qkv[(size_t)t * qw + (size_t)(H + KV) * HD + i];
+        }
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < H; h++) {
+                int kh = h / (H / KV), nk = p0 + t + 1;
+                double sc[DD_MAX_LEVELS], mx = -INFINITY, sum = 0;
+                for (int j = 0; j < nk; j++) {
+                    double d = 0;
+                    for (int i = 0; i < HD; i++) d += qr[((size_t)t * H + h) * HD + i] * kr[(size_t)j * kvw + kh * HD + i];
+                    sc[j] = d / sqrt((double)HD);
+                    if (sc[j] > mx) mx = sc[j];
+                }
+                for (int j = 0; j < nk; j++) sum += (sc[j] = exp(sc[j] - mx));
+                for (int i = 0; i < HD; i++) {
+                    double o = 0;
+                    for (int j = 0; j < nk; j++) o += sc[j] / sum * vr[(size_t)j * kvw + kh * HD + i];
+                    want[((size_t)t * H + h) * HD + i] = o;
+                }
+            }
+        float *out = malloc((size_t)T * H * HD * 4), *kc = malloc((size_t)Q * kvw * 4), *vc = malloc((size_t)Q * kvw * 4);
+        for (int i = 0; i < T * H * HD; i++) out[i] = NAN;
+        for (int i = 0; i < Q * kvw; i++) {
+            kc[i] = i < p0 * kvw ? kc0[i] : NAN;
+            vc[i] = i < p0 * kvw ? vc0[i] : NAN;
+        }
+        dd_attend_args a = {.out = out, .kcache = kc, .vcache = vc, .qkv = qkv, .T = T, .p0 = p0, .H = H, .KVH = KV,
+                            .HD = HD, .inv_freq = rope ? inv : NULL};
+        dd_error e;
+        if (dd_cuda_attend_host(&a, &e)) fail_msg("attend: %s", e.msg);
+        for (int i = 0; i < T * H * HD; i++) {
+            double err = fabs(out[i] - want[i]);
+            if (!(err <= 2e-5 * (1 + fabs(want[i]))))
+                fail_msg("attend T=%d p0=%d H=%d KV=%d HD=%d rope=%d: out[%d] = %.8g, want %.8g", T, p0, H, KV, HD,
+                         rope, i, out[i], want[i]);
+            if (err > worst) worst = err;
+        }
+        for (int i = p0 * kvw; i < Q * kvw; i++)
+            if (!(fabs(kc[i] - kr[i]) <= 1e-6 * (1 + fabs(kr[i]))) || vc[i] != (float)vr[i])
+                fail_msg("attend: cache row %d not written right", i / kvw);
+        free(qkv), free(kc0), free(vc0), free(kr), free(vr), free(qr), free(want), free(out), free(kc), free(vc);
+    }
+    printf("  attend: %d cases, worst abs error %.3g\n", ncase, worst);
+}
+
+/* ---- sampler --------------------------------------------------------------------------------------------- */
+
+static void test_sample(void **state) {
+    (void)state;
+    NEED_CUDA();
+    static const int Vs[] = {1, 2, 3, 5, 64, 257, 2048, 2051, 5000};
+    static const float Ts[] = {0.0f, 0.9f, 1.0f, 0.5f, 1.7f, 1e-30f, 3.0f};
+    const int rounds = g_quick ? 6 : 120, n = 48;
+    int checked = 0, none = 0;
+    for (int r = 0; r < rounds; r++) {
+        int V = Vs[below(9)];
+        float T = Ts[below(7)];
+        int Kk[] = {0, 1, 2, 50, V - 1, V, V + 7};
+        int K = Kk[below(7)];
+        if (K < 0) K = 0;
+        int level = below(32);
+        float *z = malloc((size_t)n * V * 4);
+        uint64_t seeds[48], frames[48];
+        for (int s = 0; s < n; s++) {
+            seeds[s] = rnd64();
+            frames[s] = below(4) ? (uint64_t)below(1000) : rnd64();
+            int mode = below(6);
+            for (int i = 0; i < V; i++) {
+                float v = sym(4.0f);
+                if (mode == 1) v = (float)below(5); /* many ties */
+                if (mode == 2 && below(4) == 0) v = NAN;
+                if (mode == 3 && below(8) == 0) v = below(2) ? INFINITY : -INFINITY;
+                if (mode == 4) v = below(3) ? -INFINITY : (below(2) ? NAN : v); /* few or no finite */
+                if (mode == 5 && below(3) == 0) v = 0.0f * (below(2) ? 1 : -1);
+                z[(size_t)s * V + i] = v;
+            }
+        }
+        int32_t codes[48];
+        dd_error e;
+        dd_status st = dd_cuda_sample_host(z, n, V, T, K, seeds, frames, level, codes, &e);
+        if (st != DD_OK && st != DD_ENUMERIC) fail_msg("sample: %s", e.msg);
+        for (int s = 0; s < n; s++) {
+            int32_t want = dd_sample_core(z + (size_t)s * V, V, T, K, seeds[s], frames[s], level);
+            if (codes[s] != want)
+                fail_msg("sample V=%d T=%g K=%d level %d row %d: device %d, cpu %d", V, (double)T, K, level, s,
+                         codes[s], want);
+            none += want < 0;
+            checked++;
+        }
+        free(z);
+    }
+    printf("  sample: %d rows bit-identical to dd_sample_core (%d without a finite logit)\n", checked, none);
+}
+
+/* ---- end to end ----------------------------------------------------------------------------------------- */
+
+static dd_decoder *make(dd_model *m, dd_backend b, int max_batch) {
+    dd_decoder_params p = dd_decoder_default_params();
+    p.backend = b;
+    p.max_batch = max_batch;
+    dd_decoder *d;
+    dd_error e;
+    if (dd_decoder_create(&d, m, &p, &e)) fail_msg("decoder: %s", e.msg);
+    return d;
+}
+
+static float *rand_hidden(const dd_model *m, int n) {
+    const dd_config *c = dd_model_config(m);
+    float *h = malloc((size_t)n * c->input_dim * 4);
+    for (size_t i = 0; i < (size_t)n * c->input_dim; i++) h[i] = sym(1.7f);
+    return h;
+}
+static int32_t *rand_codes(const dd_model *m, int n) {
+    const dd_config *c = dd_model_config(m);
+    int32_t *k = malloc((size_t)n * c->levels * 4);
+    for (int i = 0; i < n * c->levels; i++) k[i] = below(c->codebook_size);
+    return k;
+}
+
+static long g_pairs, g_agree;
+
+/* cuda vs ref on n streams: logits (score) and codes (decode, sampled and greedy) */
+static void e2e(const char *kind, dd_dtype wt, int n, int full) {
+    dd_model *m;
+    dd_error e;
+    if (dd_model_synthetic(&m, kind, wt, rnd64(), &e)) fail_msg("%s", e.msg);
+    const dd_config *c = dd_model_config(m);
+    const int Q = c->levels, V = c->codebook_size;
+    dd_decoder *ref = make(m, DD_BACKEND_REF, n), *cu = make(m, DD_BACKEND_CUDA, n);
+    float *h = rand_hidden(m, n);
+    int32_t *codes = rand_codes(m, n);
+    size_t nl = (size_t)n * (Q - 1) * V;
+    float *lr = malloc(nl * 4), *lc = malloc(nl * 4);
+    float *l0r = c->has_head0 ? malloc((size_t)n * V * 4) : NULL, *l0c = c->has_head0 ? malloc((size_t)n * V * 4) : NULL;
+    for (size_t i = 0; i < nl; i++) lc[i] = NAN;
+    if (l0c)
+        for (int i = 0; i < n * V; i++) l0c[i] = NAN;
+    assert_int_equal(dd_score(ref, n, h, codes, lr, l0r, &e), DD_OK);
+    if (dd_score(cu, n, h, codes, lc, l0c, &e)) fail_msg("score: %s", e.msg);
+    double mx = 0, err = 0;
+    for (size_t i = 0; i < nl; i++) {
+        mx = fmax(mx, fabs(lr[i]));
+        err = fmax(err, isnan(lc[i]) ? INFINITY : fabs(lc[i] - lr[i]));
+    }
+    if (l0c)
+        for (int i = 0; i < n * V; i++) err = fmax(err, isnan(l0c[i]) ? INFINITY : fabs(l0c[i] - l0r[i]));
+    int32_t *cr = malloc((size_t)n * Q * 4), *cc = malloc((size_t)n * Q * 4);
+    uint64_t *seeds = malloc((size_t)n * 8), *frames = malloc((size_t)n * 8);
+    for (int i = 0; i < n; i++) seeds[i] = rnd64(), frames[i] = (uint64_t)i;
+    long pairs = 0, agree = 0;
+    dd_sampling ss[2] = {dd_sampling_default(), {0.0f, 0}};
+    int32_t *c0b = malloc((size_t)n * 4);
+    for (int i = 0; i < n; i++) c0b[i] = codes[(size_t)i * Q];
+    for (int si = 0; si < (full ? 2 : 1); si++)
+        for (int withc0 = c->has_head0 && full ? 0 : 1; withc0 <= 1; withc0++) {
+            const int32_t *c0 = withc0 ? c0b : NULL;
+            assert_int_equal(dd_decode(ref, n, h, c0, seeds, frames, &ss[si], cr, &e), DD_OK);
+            for (int i = 0; i < n * Q; i++) cc[i] = -7;
+            if (dd_decode(cu, n, h, c0, seeds, frames, &ss[si], cc, &e)) fail_msg("decode: %s", e.msg);
+            for (int i = 0; i < n * Q; i++) agree += cc[i] == cr[i];
+            pairs += (long)n * Q;
+        }
+    free(c0b);
+    printf("  %-10s %-4s n=%-3d max logit err %.3g of max|ref| %.3g; codes %ld/%ld identical to ref\n", kind,
+           dd_dtype_name(wt), n, err / mx, mx, agree, pairs);
+    assert_true(err <= 1e-4 * mx);
+    g_pairs += pairs;
+    g_agree += agree;
+    free(h), free(codes), free(lr), free(lc), free(l0r), free(l0c), free(cr), free(cc), free(seeds), free(frames);
+    dd_decoder_free(ref);
+    dd_decoder_free(cu);
+    dd_model_free(m);
+}
+
+static void test_e2e(void **state) {
+    (void)state;
+    NEED_CUDA();
+    static const dd_dtype types[] = {DD_F32, DD_F16, DD_BF16, DD_Q8, DD_Q4};
+    g_pairs = g_agree = 0;
+    for (int k = 0; k < 2; k++)
+        for (int t = 0; t < 5; t++) e2e(k ? "tiny-llama" : "tiny-gpt", types[t], g_quick ? 4 : 64, 1);
+    if (!g_quick) { /* ref takes seconds per stream-frame at these sizes: score and one sampled decode */
+        e2e("gpt", DD_BF16, 1, 0);
+        e2e("csm", DD_BF16, 1, 0);
+    }
+    printf("  codes identical to ref: %ld of %ld (stream, level) pairs = %.4f%%\n", g_agree, g_pairs,
+           100.0 * g_agree / g_pairs);
+    assert_true(g_agree >= 0.999 * g_pairs);
+}
+
+/* a stream alone and inside a batch of 256: same codes, bit-identical logits */
+static void invariance(const char *kind, dd_dtype wt, int B) {
+    dd_model *m;
+    dd_error e;
+    if (dd_model_synthetic(&m, kind, wt, rnd64(), &e)) fail_msg("%s", e.msg);
+    const dd_config *c = dd_model_config(m);
+    const int Q = c->levels, V = c->codebook_size, I = c->input_dim;
+    dd_decoder *d = make(m, DD_BACKEND_CUDA, B);
+    float *h = rand_hidden(m, B);
+    int32_t *codes = rand_codes(m, B), *out = malloc((size_t)B * Q * 4), one[64];
+    uint64_t *seeds = malloc((size_t)B * 8), *frames = malloc((size_t)B * 8);
+    for (int i = 0; i < B; i++) seeds[i] = rnd64(), frames[i] = 1000 + (uint64_t)i;
+    dd_sampling s = dd_sampling_default();
+    int32_t *c0b = malloc((size_t)B * 4);
+    for (int i = 0; i < B; i++) c0b[i] = codes[(size_t)i * Q];
+    const int32_t *c0 = c->has_head0 ? NULL : c0b; /* sample c0 on the device when the model can */
+    if (dd_decode(d, B, h, c0, seeds, frames, &s, out, &e)) fail_msg("decode: %s", e.msg);
+    size_t nl = (size_t)(Q - 1) * V;
+    float *lb = malloc((size_t)B * nl * 4), *l1 = malloc(nl * 4);
+    if (dd_score(d, B, h, codes, lb, NULL, &e)) fail_msg("score: %s", e.msg);
+    const int rows[] = {0, 1, 137 % B, B - 1};
+    for (int ri = 0; ri < 4; ri++) {
+        int r = rows[ri];
+        if (dd_decode(d, 1, h + (size_t)r * I, c0 ? c0b + r : NULL, seeds + r, frames + r, &s, one, &e))
+            fail_msg("decode: %s", e.msg);
+        for (int l = 0; l < Q; l++)
+            if (one[l] != out[(size_t)r * Q + l])
+                fail_msg("%s %s: stream %d level %d: alone %d, in a batch of %d %d", kind, dd_dtype_name(wt), r, l,
+                         one[l], B, out[(size_t)r * Q + l]);
+        if (dd_score(d, 1, h + (size_t)r * I, codes + (size_t)r * Q, l1, NULL, &e)) fail_msg("score: %s", e.msg);
+        for (size_t i = 0; i < nl; i++)
+            if (f2u(l1[i]) != f2u(lb[(size_t)r * nl + i]))
+                fail_msg("%s %s: stream %d logit %zu: alone %.9g, in a batch of %d %.9g", kind, dd_dtype_name(wt), r,
+                         i, l1[i], B, lb[(size_t)r * nl + i]);
+    }
+    printf("  %-10s %-4s streams alone == inside a batch of %d (codes and logit bits)\n", kind, dd_dtype_name(wt), B);
+    free(h), free(codes), free(out), free(seeds), free(frames), free(c0b), free(lb), free(l1);
+    dd_decoder_free(d);
+    dd_model_free(m);
+}
+
+static void test_invariance(void **state) {
+    (void)state;
+    NEED_CUDA();
+    invariance("tiny-gpt", DD_BF16, g_quick ? 12 : 256);
+    invariance("tiny-llama", DD_Q4, g_quick ? 12 : 256);
+    if (g_quick) return;
+    invariance("tiny-gpt", DD_F32, 256);
+    invariance("gpt", DD_BF16, 256);
+    invariance("gpt", DD_Q8, 256);
+    invariance("csm", DD_BF16, 256);
+    invariance("gpt", DD_BF16, 512);
+}
+
+/* Where a frame's time goes (not a pass/fail test): kernel time by category, from %globaltimer in every block. */
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+static void profile(const char *kind, dd_dtype wt, int B, int frames) {
+    dd_model *m;
+    dd_error e;
+    if (dd_model_synthetic(&m, kind, wt, 1, &e)) fail_msg("%s", e.msg);
+    const dd_config *c = dd_model_config(m);
+    dd_decoder *d = make(m, DD_BACKEND_CUDA, B);
+    float *h = rand_hidden(m, B);
+    int32_t *codes = rand_codes(m, B), *out = malloc((size_t)B * c->levels * 4), *c0 = malloc((size_t)B * 4);
+    for (int i = 0; i < B; i++) c0[i] = codes[(size_t)i * c->levels];
+    dd_sampling s = dd_sampling_default();
+    assert_int_equal(dd_decode(d, B, h, c0, NULL, NULL, &s, out, &e), DD_OK);
+    dd_cuda_test_profile(1, NULL);
+    double t0 = now_s();
+    for (int f = 0; f < frames; f++) assert_int_equal(dd_decode(d, B, h, c0, NULL, NULL, &s, out, &e), DD_OK);
+    double wall = (now_s() - t0) / frames * 1e3;
+    unsigned long long p[8];
+    dd_cuda_test_profile(0, p);
+    double tot = (double)p[7];
+    const int P = c->levels - 1, LP = P * c->layers;
+    /* the fused categories are summed over every block that enters them: the completion-counter atomic of each
+     * block that is not the last, plus the attention/sampling work of the last one */
+    printf("  profile %s %s B=%d: %.3f ms/frame wall; share of block time: linear %.0f%%, large-batch linear %.0f%%, "
+           "attend op %.0f%%, sample op %.0f%%, fused attention %.0f%%, fused sampling %.0f%%, barrier wait + "
+           "op-descriptor load %.0f%%\n",
+           kind, dd_dtype_name(wt), B, wall, 100 * p[0] / tot, 100 * p[3] / tot, 100 * p[4] / tot, 100 * p[5] / tot,
+           100 * p[1] / tot, 100 * p[2] / tot, 100 * p[6] / tot);
+    (void)P;
+    (void)LP;
+    free(h), free(codes), free(out), free(c0);
+    dd_decoder_free(d);
+    dd_model_free(m);
+}
+static void test_profile(void **state) {
+    (void)state;
+    NEED_CUDA();
+    if (g_quick) {
+        printf("  DD_TEST_QUICK set: skipped\n");
+        return;
+    }
+    profile("gpt", DD_BF16, 1, 20);
+    profile("gpt", DD_Q8, 1, 20);
+    profile("gpt", DD_BF16, 256, 3);
+    profile("csm", DD_BF16, 1, 20);
+}
+
+#else /* !DD_WITH_CUDA */
+
+static void test_linear(void **state) { (void)state; NEED_CUDA(); }
+static void test_attend(void **state) { (void)state; NEED_CUDA(); }
+static void test_sample(void **state) { (void)state; NEED_CUDA(); }
+static void test_e2e(void **state) { (void)state; NEED_CUDA(); }
+static void test_invariance(void **state) { (void)state; NEED_CUDA(); }
+static void test_profile(void **state) { (void)state; NEED_CUDA(); }
+
+#endif
+
+int main(void) {
+    const char *se = getenv("DD_TEST_SEED");
+    g_seed = se ? strtoull(se, NULL, 0) : (uint64_t)time(NULL);
+    g_quick = getenv("DD_TEST_QUICK") != NULL;
+    printf("test_cuda: seed %llu (DD_TEST_SEED=%llu replays)%s\n", (unsigned long long)g_seed,
+           (unsigned long long)g_seed, g_quick ? ", quick" : "");
+    (void)unif;
+    (void)sym;
+    (void)below;
+    if (getenv("DD_TEST_ONLY") && *getenv("DD_TEST_ONLY")) cmocka_set_test_filter(getenv("DD_TEST_ONLY")); /* e.g. "test_linear" */
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_linear, setup),    cmocka_unit_test_setup(test_attend, setup),
+        cmocka_unit_test_setup(test_sample, setup),    cmocka_unit_test_setup(test_e2e, setup),
+        cmocka_unit_test_setup(test_invariance, setup), cmocka_unit_test_setup(test_profile, setup),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
