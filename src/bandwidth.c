@@ -2,6 +2,7 @@
 #include "backend.h"
 #include "util.h"
 
+#include <immintrin.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,16 +23,53 @@ static double now_s(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Each thread streams its slice once after a common barrier; 8 independent accumulators keep loads in flight. */
+/* Sum of a slice with the widest loads the CPU has (a scalar loop under-reads: ~19 vs ~28 GB/s measured on the
+ * 2-core AVX-512 hosts), 4 independent accumulators so several loads are in flight. n % 32 == 0. */
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) static uint64_t sum_avx512(const uint64_t *p, size_t n) {
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i < n; i += 32) {
+        a0 = _mm512_add_epi64(a0, _mm512_loadu_si512((const void *)(p + i)));
+        a1 = _mm512_add_epi64(a1, _mm512_loadu_si512((const void *)(p + i + 8)));
+        a2 = _mm512_add_epi64(a2, _mm512_loadu_si512((const void *)(p + i + 16)));
+        a3 = _mm512_add_epi64(a3, _mm512_loadu_si512((const void *)(p + i + 24)));
+    }
+    return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
+}
+__attribute__((target("avx2"))) static uint64_t sum_avx2(const uint64_t *p, size_t n) {
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i < n; i += 16) {
+        a0 = _mm256_add_epi64(a0, _mm256_loadu_si256((const __m256i *)(p + i)));
+        a1 = _mm256_add_epi64(a1, _mm256_loadu_si256((const __m256i *)(p + i + 4)));
+        a2 = _mm256_add_epi64(a2, _mm256_loadu_si256((const __m256i *)(p + i + 8)));
+        a3 = _mm256_add_epi64(a3, _mm256_loadu_si256((const __m256i *)(p + i + 12)));
+    }
+    __m256i a = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+    uint64_t t[4];
+    _mm256_storeu_si256((__m256i *)t, a);
+    return t[0] + t[1] + t[2] + t[3];
+}
+#endif
+static uint64_t sum_scalar(const uint64_t *p, size_t n) {
+    uint64_t a[8] = {0};
+    for (size_t i = 0; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) a[k] += p[i + k];
+    return a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+}
+
+/* Each thread streams its slice once after a common barrier. */
 static void *bw_thread(void *arg) {
     bw_job *j = arg;
     pthread_barrier_wait(j->bar);
     j->t0 = now_s();
-    uint64_t a[8] = {0};
-    for (size_t i = 0; i + 8 <= j->n; i += 8)
-        for (int k = 0; k < 8; k++) a[k] += j->p[i + k];
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f")) j->sum = sum_avx512(j->p, j->n);
+    else if (__builtin_cpu_supports("avx2")) j->sum = sum_avx2(j->p, j->n);
+    else j->sum = sum_scalar(j->p, j->n);
+#else
+    j->sum = sum_scalar(j->p, j->n);
+#endif
     j->t1 = now_s();
-    j->sum = a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
     return NULL;
 }
 
@@ -50,7 +88,7 @@ static dd_status cpu_bandwidth(int threads, double *gbps, dd_error *err) {
     volatile uint64_t sink = 0;
     for (int rep = 0; rep < 5; rep++) {
         pthread_barrier_init(&bar, NULL, (unsigned)threads);
-        size_t per = n / threads / 8 * 8;
+        size_t per = n / threads / 32 * 32;
         for (int t = 0; t < threads; t++) jobs[t] = (bw_job){.p = buf + per * t, .n = per, .bar = &bar};
         for (int t = 1; t < threads; t++) pthread_create(&tid[t], NULL, bw_thread, &jobs[t]);
         bw_thread(&jobs[0]);

@@ -26,6 +26,7 @@
 #include "sample.h"
 #include "util.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -214,15 +215,18 @@ typedef struct step_ctx {
     int K;
     int32_t *codes; /* [b, Q] out, or NULL */
     const float *hidden; /* [b, I] level 0 only */
+    atomic_int claim;    /* the next stream to take */
 } step_ctx;
 
 static void step_job(void *ctx, int tid, int nth) {
-    const step_ctx *sc = ctx;
+    (void)tid;
+    (void)nth;
+    step_ctx *sc = ctx;
     cpu_state *st = sc->st;
     const dd_model *m = sc->m;
     const dd_config *c = &m->cfg;
-    int s0 = (int)((int64_t)sc->b * tid / nth), s1 = (int)((int64_t)sc->b * (tid + 1) / nth);
-    for (int s = s0; s < s1; s++) {
+    for (int s = atomic_fetch_add_explicit(&sc->claim, 1, memory_order_relaxed); s < sc->b;
+         s = atomic_fetch_add_explicit(&sc->claim, 1, memory_order_relaxed)) {
         int32_t code;
         if (sc->given) {
             code = sc->given[(size_t)s * sc->ldg];
@@ -255,6 +259,7 @@ static void step_job(void *ctx, int tid, int nth) {
 }
 
 static void run_step(cpu_state *st, step_ctx *sc) {
+    atomic_store_explicit(&sc->claim, 0, memory_order_relaxed);
     if (sc->b == 1) step_job(sc, 0, 1);
     else dd_cpu_pool_run(st->pool, step_job, sc);
 }

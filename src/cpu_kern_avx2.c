@@ -46,7 +46,25 @@ static inline __attribute__((always_inline)) vf wq4(const uint8_t *p) {
     __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
 }
+/* 2 VL 4-bit codes from VL bytes at p: lo gets codes 0..VL-1, hi codes VL..2VL-1 */
+static inline __attribute__((always_inline)) void wq4x2(const uint8_t *p, vf *lo, vf *hi) {
+    const __m128i m = _mm_set1_epi8(15), b = _mm_loadl_epi64((const __m128i *)p);
+    __m128i l = _mm_and_si128(b, m), h = _mm_and_si128(_mm_srli_epi16(b, 4), m), il = _mm_unpacklo_epi8(l, h);
+    *lo = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(il));
+    *hi = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(il, 8)));
+}
 static inline __attribute__((always_inline)) float sbf16(uint16_t h) { return _cvtsh_ss(h); }
+static inline __attribute__((always_inline)) vf vdiv(vf a, vf b) { return _mm256_div_ps(a, b); }
+static inline __attribute__((always_inline)) vf vmin(vf a, vf b) { return _mm256_min_ps(a, b); }
+static inline __attribute__((always_inline)) vf vmax(vf a, vf b) { return _mm256_max_ps(a, b); }
+static inline __attribute__((always_inline)) vf vabs(vf a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
+static inline __attribute__((always_inline)) vf vround(vf a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+/* 2^n for integral n in [-126, 127] */
+static inline __attribute__((always_inline)) vf vpow2i(vf n) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+}
+/* a < 0 ? x : y */
+static inline __attribute__((always_inline)) vf vselneg(vf a, vf x, vf y) { return _mm256_blendv_ps(y, x, _mm256_cmp_ps(a, _mm256_setzero_ps(), _CMP_LT_OQ)); }
 
 #include "cpu_kern_impl.h"
 #else

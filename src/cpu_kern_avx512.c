@@ -1,6 +1,7 @@
 /* AVX-512 (F, BW, VL, DQ) instantiation of the CPU leaf kernels (cpu_kern_impl.h): 16-lane float vectors,
- * fused multiply-add, 32 vector registers (a 4 x 4 tile of accumulators). Compiled with -mavx512f -mavx512bw
- * -mavx512vl -mavx512dq -mfma -mf16c (Makefile); used only after dd_cpu_isa_supported(DD_CPU_AVX512).
+ * fused multiply-add, 32 vector registers — a 4 x 6 tile (24 accumulators + 4 weight vectors + 1 activation).
+ * Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c (Makefile); used only after
+ * dd_cpu_isa_supported(DD_CPU_AVX512).
  *
  * Not used, on purpose: AVX512_BF16 (vdpbf16ps), AVX512_FP16 arithmetic, AVX512_VNNI / AVX_VNNI and AMX. Their
  * dot products take bf16, fp16 or int8 *activations*, so using them would round the float32 activations before
@@ -14,8 +15,14 @@
 
 #define VL 16
 typedef __m512 vf;
-#define KERN_NR 4
-#define KERN_TR 4
+#ifndef AVX512_NR
+#define AVX512_NR 4
+#endif
+#ifndef AVX512_TR
+#define AVX512_TR 6
+#endif
+#define KERN_NR AVX512_NR
+#define KERN_TR AVX512_TR
 #define KERN_TABLE dd_cpu_kern_avx512
 #define KERN_NAME "avx512"
 
@@ -51,7 +58,25 @@ static inline __attribute__((always_inline)) vf wq4(const uint8_t *p) {
     __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
     return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
 }
+/* 2 VL 4-bit codes from VL bytes at p: lo gets codes 0..VL-1, hi codes VL..2VL-1 */
+static inline __attribute__((always_inline)) void wq4x2(const uint8_t *p, vf *lo, vf *hi) {
+    const __m128i m = _mm_set1_epi8(15), b = _mm_loadu_si128((const __m128i *)p);
+    __m128i l = _mm_and_si128(b, m), h = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+    *lo = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(l, h)));
+    *hi = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(l, h)));
+}
 static inline __attribute__((always_inline)) float sbf16(uint16_t h) { return _cvtsh_ss(h); }
+static inline __attribute__((always_inline)) vf vdiv(vf a, vf b) { return _mm512_div_ps(a, b); }
+static inline __attribute__((always_inline)) vf vmin(vf a, vf b) { return _mm512_min_ps(a, b); }
+static inline __attribute__((always_inline)) vf vmax(vf a, vf b) { return _mm512_max_ps(a, b); }
+static inline __attribute__((always_inline)) vf vabs(vf a) { return _mm512_abs_ps(a); }
+static inline __attribute__((always_inline)) vf vround(vf a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+/* 2^n for integral n in [-126, 127] */
+static inline __attribute__((always_inline)) vf vpow2i(vf n) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
+}
+/* a < 0 ? x : y */
+static inline __attribute__((always_inline)) vf vselneg(vf a, vf x, vf y) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_setzero_ps(), _CMP_LT_OQ), y, x); }
 
 #include "cpu_kern_impl.h"
 #else

@@ -64,6 +64,38 @@ static inline __attribute__((always_inline)) vf wq4(const uint8_t *p) {
     }
     return __builtin_convertvector(b, vf);
 }
+static inline __attribute__((always_inline)) void wq4x2(const uint8_t *p, vf *lo, vf *hi) {
+    *lo = wq4(p);
+    *hi = wq4(p + VL / 2);
+}
 static inline __attribute__((always_inline)) float sbf16(uint16_t h) { return dd_f16_to_f32(h); }
+typedef int32_t vi32 __attribute__((vector_size(VL * sizeof(int32_t))));
+static inline __attribute__((always_inline)) vf vdiv(vf a, vf b) { return a / b; }
+static inline __attribute__((always_inline)) vf vsel(vi32 m, vf x, vf y) {
+    vi32 xi, yi;
+    memcpy(&xi, &x, sizeof x);
+    memcpy(&yi, &y, sizeof y);
+    vi32 r = (xi & m) | (yi & ~m);
+    vf o;
+    memcpy(&o, &r, sizeof o);
+    return o;
+}
+static inline __attribute__((always_inline)) vf vmin(vf a, vf b) { return vsel(a < b, a, b); }
+static inline __attribute__((always_inline)) vf vmax(vf a, vf b) { return vsel(a > b, a, b); }
+static inline __attribute__((always_inline)) vf vabs(vf a) { return vsel(a < 0, -a, a); }
+/* round to nearest (ties away; |a| < 2^22 here) */
+static inline __attribute__((always_inline)) vf vround(vf a) {
+    vf h = vsel(a < 0, vset(-0.5f), vset(0.5f));
+    return __builtin_convertvector(__builtin_convertvector(a + h, vi32), vf);
+}
+/* 2^n for integral n in [-126, 127] */
+static inline __attribute__((always_inline)) vf vpow2i(vf n) {
+    vi32 e = (__builtin_convertvector(n, vi32) + 127) << 23;
+    vf o;
+    memcpy(&o, &e, sizeof o);
+    return o;
+}
+/* a < 0 ? x : y */
+static inline __attribute__((always_inline)) vf vselneg(vf a, vf x, vf y) { return vsel(a < 0, x, y); }
 
 #include "cpu_kern_impl.h"

@@ -1,12 +1,14 @@
 /* The CPU backend's drivers: instruction-set selection, and the fused linear and attention of src/kernels.h run
  * over the thread pool with the leaf kernels of the chosen dd_cpu_kern table (cpu.h).
  *
- * Work split (one fork-join per call, nothing allocated):
- *   linear   output columns N in contiguous blocks of kern.nr rows, as evenly as possible over the threads; each
- *            thread streams its rows of W once and, for every block, runs the T activation rows through the
- *            tile in chunks of kern.tr (the block stays in L1/L2 across the chunks, so a batch of B streams
- *            reads each weight from memory once per pass).
- *   attend   (stream, kv head) units, contiguous ranges per thread.
+ * Work split (one fork-join per call, nothing allocated): work items are claimed in order from an atomic
+ * counter by whichever thread is free, so a thread that shares its core with another process does less work
+ * instead of holding up the join; which thread computes an output never changes its value.
+ *   linear   output columns N in chunks of whole tiles (kern.nr rows; ~8 chunks per thread); a thread streams
+ *            the rows of W of its chunk once and, for every tile, runs the T activation rows through it in
+ *            chunks of kern.tr (the tile stays in L1/L2 across them, so a batch of B streams reads each weight
+ *            from memory once per pass).
+ *   attend   (stream, kv head) units, one at a time.
  */
 #include "cpu.h"
 #include "util.h"
@@ -38,11 +40,12 @@ static int cpu_has(dd_cpu_isa isa) {
 #if defined(__x86_64__) || defined(__i386__)
     case DD_CPU_AVX2:
         __builtin_cpu_init();
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
     case DD_CPU_AVX512:
         __builtin_cpu_init();
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+               __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 #endif
     default: return 0;
     }
@@ -97,18 +100,20 @@ const dd_cpu_kern *dd_cpu_kernels(void) {
 static void epilogue(const dd_cpu_linear *L, const dd_cpu_seg *sg, int64_t jl, int64_t jg, int t0, int tc, int nc,
                      float *acc, float *acc2) {
     const dd_cpu_kern *kn = L->kern;
+    /* the tile's rows are acc[t * ACC_LD + r], r < nc: bias per row, then the activation over the whole block in
+     * one vector call (the lanes r >= nc hold leftovers of earlier tiles: computed on, never stored) */
+    const int span = (tc - 1) * DD_CPU_ACC_LD + nc;
     for (int t = 0; t < tc; t++) {
-        float *a = acc + t * DD_CPU_ACC_LD;
+        float *a = acc + t * DD_CPU_ACC_LD, *u = acc2 + t * DD_CPU_ACC_LD;
         if (sg->bias)
             for (int r = 0; r < nc; r++) a[r] += sg->bias[jl + r];
-        if (L->act == DD_ACT_GELU) {
-            kn->gelu(a, nc);
-        } else if (L->act == DD_ACT_SWIGLU) {
-            float *u = acc2 + t * DD_CPU_ACC_LD;
-            if (sg->bias2)
-                for (int r = 0; r < nc; r++) u[r] += sg->bias2[jl + r];
-            kn->swiglu(a, u, nc);
-        }
+        if (L->act == DD_ACT_SWIGLU && sg->bias2)
+            for (int r = 0; r < nc; r++) u[r] += sg->bias2[jl + r];
+    }
+    if (L->act == DD_ACT_GELU) kn->gelu(acc, span);
+    else if (L->act == DD_ACT_SWIGLU) kn->swiglu(acc, acc2, span);
+    for (int t = 0; t < tc; t++) {
+        float *a = acc + t * DD_CPU_ACC_LD;
         size_t row = (size_t)(t0 + t);
         float *y = L->y + row * L->ldy + jg;
         if (L->residual) {
@@ -129,32 +134,17 @@ static void epilogue(const dd_cpu_linear *L, const dd_cpu_seg *sg, int64_t jl, i
 #ifndef PF_TILES
 #define PF_TILES 2
 #endif
+#ifndef CHUNKS_PER_THREAD
+#define CHUNKS_PER_THREAD 8
+#endif
 
-static void linear_job(void *ctx, int tid, int nth) {
-    const dd_cpu_linear *L = ctx;
+/* Rows [j0, j1) of the concatenated output columns (global numbering over the segments), every row of x. */
+static void linear_rows(const dd_cpu_linear *L, const float *x, size_t ldx, int64_t j0, int64_t j1, float *acc,
+                        float *acc2) {
     const dd_cpu_kern *kn = L->kern;
     const int nr = kn->nr, trm = kn->tr;
-    int64_t N = 0;
-    for (int s = 0; s < L->nseg; s++) N += L->seg[s].w->rows;
-    int64_t nb = (N + nr - 1) / nr;
-    int64_t j0 = (nb * tid / nth) * nr, j1 = (nb * (tid + 1) / nth) * nr;
-    if (j1 > N) j1 = N;
-    if (j0 >= j1) return;
-
-    const float *x = L->x;
-    size_t ldx = L->ldx;
-    const int64_t K = L->seg[0].w->cols;
-    if (L->norm != DD_NORM_NONE) {
-        float *s = L->scratch[tid];
-        for (int t = 0; t < L->T; t++)
-            kn->norm_row(s + (size_t)t * K, L->x + (size_t)t * L->ldx, (int)K, L->norm, L->norm_w, L->norm_b,
-                         L->eps);
-        x = s;
-        ldx = (size_t)K;
-    }
-    float acc[DD_CPU_TR_MAX * DD_CPU_ACC_LD], acc2[DD_CPU_TR_MAX * DD_CPU_ACC_LD];
     int64_t base = 0;
-    for (int s = 0; s < L->nseg; s++) {
+    for (int s = 0; s < L->nseg && base < j1; s++) {
         const dd_cpu_seg *sg = &L->seg[s];
         int64_t n = sg->w->rows;
         int64_t a = j0 > base ? j0 - base : 0, b = j1 - base < n ? j1 - base : n;
@@ -170,12 +160,55 @@ static void linear_job(void *ctx, int tid, int nth) {
             }
         }
         base += n;
-        if (base >= j1) break;
+    }
+}
+
+/* One run of a linear: the output rows in `nchunks` chunks of `chunk` rows, claimed in order from `next` by
+ * whichever thread is free (dynamic: a thread slowed down by another process on its core does less, instead of
+ * holding up the join). Which thread computes a row never changes its value. */
+typedef struct linear_run {
+    const dd_cpu_linear *L;
+    int64_t N, chunk;
+    int nchunks;
+    atomic_int next;
+} linear_run;
+
+static void linear_job(void *ctx, int tid, int nth) {
+    (void)nth;
+    linear_run *R = ctx;
+    const dd_cpu_linear *L = R->L;
+    int c = atomic_fetch_add_explicit(&R->next, 1, memory_order_relaxed);
+    if (c >= R->nchunks) return;
+    const float *x = L->x;
+    size_t ldx = L->ldx;
+    const int64_t K = L->seg[0].w->cols;
+    if (L->norm != DD_NORM_NONE) {
+        /* the prologue: this thread's own normalized copy of the T rows (L1/L2-resident) */
+        float *s = L->scratch[tid];
+        for (int t = 0; t < L->T; t++)
+            L->kern->norm_row(s + (size_t)t * K, L->x + (size_t)t * L->ldx, (int)K, L->norm, L->norm_w, L->norm_b,
+                              L->eps);
+        x = s;
+        ldx = (size_t)K;
+    }
+    float acc[DD_CPU_TR_MAX * DD_CPU_ACC_LD] = {0}, acc2[DD_CPU_TR_MAX * DD_CPU_ACC_LD] = {0};
+    for (; c < R->nchunks; c = atomic_fetch_add_explicit(&R->next, 1, memory_order_relaxed)) {
+        int64_t j0 = (int64_t)c * R->chunk, j1 = j0 + R->chunk < R->N ? j0 + R->chunk : R->N;
+        linear_rows(L, x, ldx, j0, j1, acc, acc2);
     }
 }
 
 void dd_cpu_linear_run(dd_cpu_pool *pool, const dd_cpu_linear *L) {
-    dd_cpu_pool_run(pool, linear_job, (void *)L);
+    const int nr = L->kern->nr, nth = dd_cpu_pool_threads(pool);
+    linear_run R = {.L = L};
+    for (int s = 0; s < L->nseg; s++) R.N += L->seg[s].w->rows;
+    /* about CHUNKS_PER_THREAD chunks per thread, at least 4 tiles each */
+    int64_t tiles = (R.N + nr - 1) / nr, per = (tiles + CHUNKS_PER_THREAD * nth - 1) / (CHUNKS_PER_THREAD * nth);
+    if (per < 4) per = 4;
+    R.chunk = per * nr;
+    R.nchunks = (int)((R.N + R.chunk - 1) / R.chunk);
+    atomic_init(&R.next, 0);
+    dd_cpu_pool_run(pool, linear_job, &R);
 }
 
 /* ---- attention -------------------------------------------------------------------------------------------- */
@@ -202,15 +235,24 @@ static void rope_head(float *out, const float *v, int HD, const float *c, const 
     }
 }
 
+typedef struct attend_run {
+    const dd_cpu_attend *A;
+    atomic_int next;
+} attend_run;
+
 static void attend_job(void *ctx, int tid, int nth) {
-    const dd_cpu_attend *A = ctx;
+    (void)tid;
+    (void)nth;
+    attend_run *R = ctx;
+    const dd_cpu_attend *A = R->A;
     const int H = A->H, KV = A->KVH, HD = A->HD, grp = H / KV, half = HD / 2;
     const size_t kvw = (size_t)KV * HD;
     const float scale = (float)(1.0 / sqrt((double)HD));
-    int64_t U = (int64_t)A->B * KV, u0 = U * tid / nth, u1 = U * (tid + 1) / nth;
+    const int U = A->B * KV;
     float qr[DD_MAX_HEAD_DIM];
-    for (int64_t u = u0; u < u1; u++) {
-        int s = (int)(u / KV), kh = (int)(u % KV);
+    for (int u = atomic_fetch_add_explicit(&R->next, 1, memory_order_relaxed); u < U;
+         u = atomic_fetch_add_explicit(&R->next, 1, memory_order_relaxed)) {
+        int s = u / KV, kh = u % KV;
         float *kc = A->kc + (size_t)s * A->ldc, *vc = A->vc + (size_t)s * A->ldc;
         for (int t = 0; t < A->P; t++) {
             const float *row = A->qkv + ((size_t)s * A->P + t) * A->ldq;
@@ -237,7 +279,9 @@ static void attend_job(void *ctx, int tid, int nth) {
 }
 
 void dd_cpu_attend_run(dd_cpu_pool *pool, const dd_cpu_attend *A) {
-    dd_cpu_pool_run(pool, attend_job, (void *)A);
+    attend_run R = {.A = A};
+    atomic_init(&R.next, 0);
+    dd_cpu_pool_run(pool, attend_job, &R);
 }
 
 /* ---- test entry points ------------------------------------------------------------------------------------ */

@@ -29,6 +29,9 @@
 
 /* ~0.5-1 ms of spinning (pause is 40-140 cycles) before a worker sleeps. */
 #define SPIN_ITERS (1 << 14)
+/* The caller waits for the last workers (work is claimed dynamically, so this is the tail of one chunk) and
+ * yields sooner: a worker it waits for may need its core. */
+#define JOIN_SPIN_ITERS (1 << 11)
 
 typedef struct worker {
     struct dd_cpu_pool *pool;
@@ -165,6 +168,6 @@ void dd_cpu_pool_run(dd_cpu_pool *p, dd_cpu_job job, void *ctx) {
     while (atomic_load_explicit(&p->pending, memory_order_acquire) != 0) {
         DD_PAUSE();
         /* a worker may have been descheduled (more threads than free cores): let it run */
-        if (++spins > SPIN_ITERS) sched_yield();
+        if (++spins > JOIN_SPIN_ITERS) sched_yield();
     }
 }

@@ -11,6 +11,7 @@
  *              batch larger than one internal group (300 streams), and with 1 or 2 threads; for cpu the logits
  *              are bit-identical too;
  *   errors     a level with no finite logit fails with ref's error, and nothing is written;
+ *   identity   a model without in_proj (in() = identity) agrees with ref;
  *   big        a frame of the GPT-dims and CSM-dims synthetic models against ref (set DD_TEST_QUICK=1 to skip:
  *              ref needs ~10 s per stream-frame at those sizes).
  * Inputs come from a fresh seed each run (printed; DD_TEST_SEED=<n> replays).
@@ -311,7 +312,8 @@ static void test_batch_invariance(void **state) {
                     fr[r] = frames[n - 1 - r];
                 }
                 decode_ok(d2, n, hr, NULL, sr, fr, &s, b);
-                for (int r = 0; r < n; r++) assert_memory_equal(b + (size_t)r * Q, a + (size_t)(n - 1 - r) * Q, (size_t)Q * 4);
+                for (int r = 0; r < n; r++)
+                    assert_memory_equal(b + (size_t)r * Q, a + (size_t)(n - 1 - r) * Q, (size_t)Q * 4);
                 free(hr);
             }
             /* 300 streams: more than one internal group of the cpu backend; rows 0..63 as before */
@@ -377,6 +379,50 @@ static void test_nonfinite_level(void **state) {
         free(c0);
         dd_model_free(m);
     }
+}
+
+/* ---- a model without in_proj ---------------------------------------------------------------------------- */
+
+/* in() is the identity when a model has no in_proj (then input_dim == dim). No synthetic kind lacks it, so take
+ * a tiny gpt and drop in_proj (and head0, whose width is the old input_dim) from its in-memory config. */
+static void test_identity_in_proj(void **state) {
+    (void)state;
+    dd_model *m = synth("tiny-gpt", DD_BF16, rnd64());
+    m->cfg.has_in_proj = 0;
+    m->in_proj.rows = 0;
+    m->in_bias = NULL;
+    m->cfg.input_dim = m->cfg.dim;
+    m->cfg.has_head0 = 0;
+    m->head0.rows = 0;
+    const dd_config *c = dd_model_config(m);
+    const int n = 16, Q = c->levels;
+    const size_t nl = (size_t)n * (Q - 1) * c->codebook_size;
+    float *h = rand_hidden(m, n), *lr = malloc(nl * 4), *lx = malloc(nl * 4);
+    int32_t *c0 = rand_codes(m, n, 1), *tf = rand_codes(m, n, Q), cr[16 * 64], cx[16 * 64];
+    dd_sampling s = dd_sampling_default();
+    dd_decoder *ref = make(m, DD_BACKEND_REF, -1, n, 1);
+    decode_ok(ref, n, h, c0, NULL, NULL, &s, cr);
+    score_ok(ref, n, h, tf, lr, NULL);
+    for (int v = 0; v < g_nvar; v++) {
+        dd_decoder *d = make(m, g_var[v].b, g_var[v].isa, n, 0);
+        decode_ok(d, n, h, c0, NULL, NULL, &s, cx);
+        score_ok(d, n, h, tf, lx, NULL);
+        int same = 0;
+        for (int i = 0; i < n * Q; i++) same += cx[i] == cr[i];
+        double e1 = rel_err(lx, lr, nl);
+        printf("  tiny-gpt without in_proj %-10s codes identical %d / %d, max rel logit err %.2e\n", g_var[v].name,
+               same, n * Q, e1);
+        assert_true((double)same >= 0.999 * n * Q);
+        assert_true(e1 <= 1e-4);
+        dd_decoder_free(d);
+    }
+    dd_decoder_free(ref);
+    free(h);
+    free(lr);
+    free(lx);
+    free(c0);
+    free(tf);
+    dd_model_free(m);
 }
 
 /* ---- bigger models --------------------------------------------------------------------------------------- */
@@ -458,6 +504,7 @@ int main(void) {
         cmocka_unit_test_setup(test_codes_vs_ref, setup),
         cmocka_unit_test_setup(test_batch_invariance, setup),
         cmocka_unit_test_setup(test_nonfinite_level, setup),
+        cmocka_unit_test_setup(test_identity_in_proj, setup),
         cmocka_unit_test_setup(test_big_models, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
