@@ -78,6 +78,13 @@ static inline __attribute__((always_inline)) vf vpow2i(vf n) {
 /* a < 0 ? x : y */
 static inline __attribute__((always_inline)) vf vselneg(vf a, vf x, vf y) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_setzero_ps(), _CMP_LT_OQ), y, x); }
 
+#define KERN_HAS_MASKED 1
+static inline __attribute__((always_inline)) vf vldn(const float *p, int n) {
+    return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p);
+}
+static inline __attribute__((always_inline)) void vstn(float *p, vf v, int n) {
+    _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), v);
+}
 #include "cpu_kern_impl.h"
 #else
 const dd_cpu_kern dd_cpu_kern_avx512 = {.name = NULL};

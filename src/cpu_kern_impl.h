@@ -42,6 +42,10 @@
 /* ---- loads with tails -------------------------------------------------------------------------------------- */
 
 /* n < VL floats from p, the other lanes 0. */
+/* Partial vectors (n < VL lanes). An ISA with masked loads/stores defines KERN_HAS_MASKED and its own vldn/vstn
+ * (AVX-512): no stack bounce buffer, which gcc may align to 64 bytes and then address with aligned moves — a
+ * layout ASan's fake stack (detect_stack_use_after_return) does not honour. */
+#ifndef KERN_HAS_MASKED
 DD_AI vf vldn(const float *p, int n) {
     float b[VL] = {0};
     memcpy(b, p, (size_t)n * sizeof(float));
@@ -53,6 +57,7 @@ DD_AI void vstn(float *p, vf v, int n) {
     vst(b, v);
     memcpy(p, b, (size_t)n * sizeof(float));
 }
+#endif
 
 DD_AI vf wload(const int dt, const uint8_t *p) {
     if (dt == DD_F32) return wf32(p);

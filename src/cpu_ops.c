@@ -33,6 +33,15 @@ const char *dd_cpu_isa_name(dd_cpu_isa isa) {
     return (unsigned)isa < DD_CPU_NISA ? isa_names[isa] : "?";
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+/* F16C from CPUID leaf 1, ECX bit 29 (clang 14's __builtin_cpu_supports does not know "f16c"). */
+static int has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+#endif
+
 /* What the CPU (and the OS: __builtin_cpu_supports checks XCR0 for the AVX/AVX-512 register state) can run. */
 static int cpu_has(dd_cpu_isa isa) {
     switch (isa) {
@@ -40,12 +49,12 @@ static int cpu_has(dd_cpu_isa isa) {
 #if defined(__x86_64__) || defined(__i386__)
     case DD_CPU_AVX2:
         __builtin_cpu_init();
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     case DD_CPU_AVX512:
         __builtin_cpu_init();
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-               __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+               __builtin_cpu_supports("fma") && has_f16c();
 #endif
     default: return 0;
     }
