@@ -41,6 +41,7 @@
 #ifdef DD_WITH_CUDA
 void dd_cuda_test_force_big(int on);                            /* src/cuda/host_entry.cu */
 void dd_cuda_test_profile(int on, unsigned long long *out);     /* src/cuda/frame.cu: 8 categories */
+int dd_cuda_test_timeline(int on, int max_ops, unsigned long long *out); /* src/cuda/frame.cu */
 #endif
 
 static int cuda_ready(void) {
@@ -689,6 +690,82 @@ static void profile(const char *kind, dd_dtype wt, int B, int frames) {
     dd_decoder_free(d);
     dd_model_free(m);
 }
+/* The critical path of one frame, by op kind: from each block's start / work-done timestamps (%globaltimer).
+ * work = last block done - first block started; imbalance = last done - median done; release skew = last start -
+ * first start; gap = next op's first start - this op's last done (the grid barrier's latency). */
+static int cmp_u64(const void *a, const void *b) {
+    unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
+    return x < y ? -1 : x > y;
+}
+static void timeline(const char *kind, dd_dtype wt, int B) {
+    dd_model *m;
+    dd_error e;
+    if (dd_model_synthetic(&m, kind, wt, 1, &e)) fail_msg("%s", e.msg);
+    const dd_config *c = dd_model_config(m);
+    dd_decoder *d = make(m, DD_BACKEND_CUDA, B);
+    float *h = rand_hidden(m, B);
+    int32_t *codes = rand_codes(m, B), *out = malloc((size_t)B * c->levels * 4), *c0 = malloc((size_t)B * 4);
+    for (int i = 0; i < B; i++) c0[i] = codes[(size_t)i * c->levels];
+    dd_sampling s = dd_sampling_default();
+    assert_int_equal(dd_decode(d, B, h, c0, NULL, NULL, &s, out, &e), DD_OK);
+    const int MAXOPS = 1024;
+    int G = dd_cuda_test_timeline(1, MAXOPS, NULL);
+    assert_int_equal(dd_decode(d, B, h, c0, NULL, NULL, &s, out, &e), DD_OK);
+    size_t n = (size_t)MAXOPS * G * 2 + MAXOPS;
+    unsigned long long *t = calloc(n, 8), *desc = t + (size_t)MAXOPS * G * 2, *dn = malloc((size_t)G * 8);
+    dd_cuda_test_timeline(0, MAXOPS, t);
+    enum { NK = 32 };
+    unsigned long long key[NK];
+    double sw[NK] = {0}, sg[NK] = {0}, si[NK] = {0}, ss[NK] = {0};
+    int cnt[NK] = {0}, nk = 0, prev = -1, nrun = 0;
+    unsigned long long first = 0, last = 0, prev_done = 0;
+    for (int i = 0; i < MAXOPS; i++) {
+        if (!desc[i]) continue;
+        unsigned long long smin = ~0ull, smax = 0, dmax = 0;
+        for (int b = 0; b < G; b++) {
+            unsigned long long s0 = t[((size_t)i * G + b) * 2], d0 = t[((size_t)i * G + b) * 2 + 1];
+            smin = s0 < smin ? s0 : smin;
+            smax = s0 > smax ? s0 : smax;
+            dmax = d0 > dmax ? d0 : dmax;
+            dn[b] = d0;
+        }
+        qsort(dn, (size_t)G, 8, cmp_u64);
+        int k = 0;
+        while (k < nk && key[k] != desc[i]) k++;
+        if (k == nk && nk < NK) key[nk++] = desc[i];
+        if (k == NK) k = NK - 1;
+        if (prev >= 0) sg[prev] += (double)(smin - prev_done);
+        sw[k] += (double)(dmax - smin);
+        si[k] += (double)(dmax - dn[G / 2]);
+        ss[k] += (double)(smax - smin);
+        cnt[k]++;
+        if (!nrun++) first = smin;
+        last = dmax;
+        prev = k;
+        prev_done = dmax;
+    }
+    printf("  timeline %s %s B=%d: %d ops run, %.1f us from the first op's start to the last op's end (grid %d)\n",
+           kind, dd_dtype_name(wt), B, nrun, (last - first) * 1e-3, G);
+    printf("    %-34s %5s %9s %9s %9s %9s %9s\n", "op (type T N K)", "count", "work us", "imbal us", "skew us",
+           "gap us", "total us");
+    for (int k = 0; k < nk; k++) {
+        unsigned long long q = key[k];
+        char name[64];
+        int ty = (int)(q & 255);
+        if (ty == 1)
+            snprintf(name, sizeof name, "linear T=%d %dx%d", (int)((q >> 8) & 0xFFFF), (int)((q >> 24) & 0xFFFFF),
+                     (int)(q >> 44));
+        else
+            snprintf(name, sizeof name, "%s", ty == 2 ? "attend" : ty == 3 ? "sample" : "?");
+        double cn = cnt[k];
+        printf("    %-34s %5d %9.2f %9.2f %9.2f %9.2f %9.1f\n", name, cnt[k], sw[k] / cn * 1e-3, si[k] / cn * 1e-3,
+               ss[k] / cn * 1e-3, sg[k] / cn * 1e-3, (sw[k] + sg[k]) * 1e-3);
+    }
+    free(t), free(dn), free(h), free(codes), free(out), free(c0);
+    dd_decoder_free(d);
+    dd_model_free(m);
+}
+
 static void test_profile(void **state) {
     (void)state;
     NEED_CUDA();
@@ -696,6 +773,10 @@ static void test_profile(void **state) {
         printf("  DD_TEST_QUICK set: skipped\n");
         return;
     }
+    timeline("gpt", DD_BF16, 1);
+    timeline("gpt", DD_Q8, 1);
+    timeline("csm", DD_BF16, 1);
+    timeline("gpt", DD_BF16, 256);
     profile("gpt", DD_BF16, 1, 20);
     profile("gpt", DD_Q8, 1, 20);
     profile("gpt", DD_BF16, 256, 3);

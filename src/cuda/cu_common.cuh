@@ -165,6 +165,9 @@ typedef struct cu_params {
     int force_big; /* test hook: every linear on the large schedule */
     unsigned long long timeout_ns; /* a grid barrier gives up after this long */
     unsigned long long *prof;      /* test hook: per-category nanoseconds summed over blocks, or NULL */
+    unsigned long long *tl;        /* test hook: timeline [tl_ops][grid][2] (op start, op work done), or NULL */
+    unsigned long long *tl_desc;   /* [tl_ops]: type | T << 8 | N << 24 | K << 44 of the op (block 0 writes) */
+    int tl_ops;
 } cu_params;
 
 /* profile categories (dd_cuda_test_profile) */

@@ -98,6 +98,8 @@ __device__ int cu_grid_barrier(const cu_params &P, int &k, int *sflag) {
 }
 
 static unsigned long long *g_prof = NULL; /* dd_cuda_test_profile */
+static unsigned long long *g_tl = NULL;   /* dd_cuda_test_timeline */
+static int g_tl_ops = 0;
 
 /* ---- dispatch on the weight type --------------------------------------------------------------------------- */
 
@@ -230,6 +232,18 @@ extern "C" __global__ void __launch_bounds__(CU_THREADS, 1) cu_frame_kernel(cu_p
         const cu_op *o1 = i + 1 < P.nops ? (const cu_op *)(sets[cur] + 1024) : NULL;
         const cu_op *o2 = i + 2 < P.nops ? (const cu_op *)(sets[cur] + 2048) : NULL;
         int next = i + 1, bar = op->bar_after;
+        const bool tl = P.tl != NULL && i < P.tl_ops; /* block-uniform */
+        if (tl && threadIdx.x == 0) {
+            P.tl[((size_t)i * gridDim.x + blockIdx.x) * 2] = cu_globaltimer();
+            if (blockIdx.x == 0) {
+                unsigned long long d = (unsigned long long)op->type;
+                if (op->type == CU_OP_LINEAR)
+                    d |= (unsigned long long)cu_lin_T(&op->lin, P.n) << 8 |
+                         (unsigned long long)(op->lin.w.N * (op->lin.w.pair ? 2 : 1)) << 24 |
+                         (unsigned long long)op->lin.w.K << 44;
+                P.tl_desc[i] = d;
+            }
+        }
         if (op->type == CU_OP_LINEAR) {
             const cu_linear &L = op->lin;
             const int T = cu_lin_T(&L, P.n);
@@ -266,6 +280,10 @@ extern "C" __global__ void __launch_bounds__(CU_THREADS, 1) cu_frame_kernel(cu_p
             for (int s = blockIdx.x; s < P.n; s += gridDim.x) cu_sample_stream(op->smp, P, s, (float *)sm.act, SS);
             PROF(CU_PROF_SAMPLE);
         }
+        if (tl) {
+            __syncthreads();
+            if (threadIdx.x == 0) P.tl[((size_t)i * gridDim.x + blockIdx.x) * 2 + 1] = cu_globaltimer();
+        }
         /* the next ops' descriptors load while this block waits at the barrier */
         if (bar) {
             cu_bar_arrive(P, bk);
@@ -297,6 +315,25 @@ extern "C" void dd_cuda_test_profile(int on, unsigned long long *out) {
     g_prof = NULL;
 }
 
+/* test hook: on = 1 records, on every launch, each block's start and work-done time of the first max_ops ops;
+ * on = 0 copies the records ([max_ops][grid][2], then [max_ops] op descriptors) to out (when not NULL) and stops.
+ * Returns the grid size. */
+extern "C" int dd_cuda_test_timeline(int on, int max_ops, unsigned long long *out) {
+    int grid = cu_grid_size();
+    size_t n = (size_t)max_ops * grid * 2 + (size_t)max_ops;
+    if (on) {
+        if (!g_tl && cudaMalloc((void **)&g_tl, n * 8) != cudaSuccess) g_tl = NULL;
+        if (g_tl) cudaMemset(g_tl, 0, n * 8);
+        g_tl_ops = g_tl ? max_ops : 0;
+        return grid;
+    }
+    if (g_tl && out) cudaMemcpy(out, g_tl, n * 8, cudaMemcpyDeviceToHost);
+    cudaFree(g_tl);
+    g_tl = NULL;
+    g_tl_ops = 0;
+    return grid;
+}
+
 /* ---- host: launch and scratch ------------------------------------------------------------------------------ */
 
 int cu_grid_size(void) {
@@ -320,7 +357,10 @@ int cu_grid_size(void) {
         cudaGetLastError();
         return grid = 0;
     }
-    return grid = sms;
+    grid = sms;
+    const char *g = getenv("DD_CUDA_GRID"); /* experiments: fewer blocks than SMs (results do not depend on it) */
+    if (g && atoi(g) > 0 && atoi(g) < grid) grid = atoi(g);
+    return grid;
 }
 
 dd_status cu_scratch_init(cu_scratch *s, int max_tokens, int max_k, int max_groups, int ncnt, dd_error *err) {
@@ -390,6 +430,11 @@ dd_status cu_run_program(cu_scratch *s, const cu_op *h_ops, const cu_op *d_ops, 
     }
     P.timeout_ns = timeout_ns;
     P.prof = g_prof;
+    if (g_tl) {
+        P.tl = g_tl;
+        P.tl_ops = g_tl_ops;
+        P.tl_desc = g_tl + (size_t)g_tl_ops * s->grid * 2;
+    }
     CU_TRY(cudaMemsetAsync(s->err, 0x7F, 8, stream), err, "reset error flags");
     void *args[] = {&P};
     CU_TRY(cudaLaunchCooperativeKernel((const void *)cu_frame_kernel, dim3(s->grid), dim3(CU_THREADS), args,
