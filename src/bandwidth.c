@@ -15,6 +15,8 @@ typedef struct bw_job {
     uint64_t sum;
     pthread_barrier_t *bar;
     double t0, t1;
+    int fill;
+    size_t base;
 } bw_job;
 
 static double now_s(void) {
@@ -57,9 +59,14 @@ static uint64_t sum_scalar(const uint64_t *p, size_t n) {
     return a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
 }
 
-/* Each thread streams its slice once after a common barrier. */
+/* Each thread streams its slice once after a common barrier; with fill set it first writes its slice (the first
+ * touch: its pages are faulted in by the thread that reads them, in parallel), then waits for the others. */
 static void *bw_thread(void *arg) {
     bw_job *j = arg;
+    if (j->fill) {
+        uint64_t *w = (uint64_t *)j->p;
+        for (size_t i = 0; i < j->n; i++) w[i] = j->base + i; /* non-zero data */
+    }
     pthread_barrier_wait(j->bar);
     j->t0 = now_s();
 #if defined(__x86_64__)
@@ -73,6 +80,19 @@ static void *bw_thread(void *arg) {
     return NULL;
 }
 
+/* The CPU ceiling: `threads` threads (the decoder's count) each stream 1/threads of a 1 GiB buffer; best of 5
+ * timed reads after an untimed first touch + warm read by the same threads.
+ *
+ * Measured on the 2-vCPU AMD EPYC (KVM/Firecracker) host, 2026-12-02: the swing between ~33 and ~49-58 GB/s from
+ * run to run is not in this code. A long timeline of 1 GiB reads in ONE process, same buffer, same threads, shows
+ * plateaus lasting ~0.5-3 s: ~33 GB/s (each thread ~16), ~25-30, and ~45-58 (each thread ~27, what one thread
+ * alone reaches); within a plateau reps agree to ~3%. In the slow plateaus two independent pinned FMA loops also
+ * get half a core each (1.65 vs 3.6 G zmm-FMA/s): the host then runs both vCPUs on one physical core (or a
+ * neighbour shares it). So there are two "true" figures — ~50-58 GB/s when the vCPUs have two cores, ~33 when
+ * they share one — and which one a run sees depends on the host at that second. Page faults are out of the timed
+ * region (first touch is untimed), transparent huge pages are not used (madvise mode; the weights, malloc'd or
+ * mmapped, are 4 KiB pages too: a huge-page buffer reads ~5% faster in the same plateau), and a longer run only
+ * catches more plateaus. The ratio to floor is meaningful only when frames and this read see the same plateau. */
 static dd_status cpu_bandwidth(int threads, double *gbps, dd_error *err) {
     if (threads <= 0) threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (threads < 1) threads = 1;
@@ -80,16 +100,17 @@ static dd_status cpu_bandwidth(int threads, double *gbps, dd_error *err) {
     size_t bytes = (size_t)1 << 30, n = bytes / 8;
     uint64_t *buf = malloc(bytes);
     if (!buf) return dd_fail(err, DD_ENOMEM, "bandwidth: cannot allocate 1 GiB");
-    for (size_t i = 0; i < n; i++) buf[i] = i; /* fault every page in, non-zero data */
     bw_job jobs[256];
     pthread_t tid[256];
     pthread_barrier_t bar;
     double best = 0;
     volatile uint64_t sink = 0;
-    for (int rep = 0; rep < 5; rep++) {
+    /* rep -1 is the first touch (untimed) plus one warm read */
+    for (int rep = -1; rep < 5; rep++) {
         pthread_barrier_init(&bar, NULL, (unsigned)threads);
         size_t per = n / threads / 32 * 32;
-        for (int t = 0; t < threads; t++) jobs[t] = (bw_job){.p = buf + per * t, .n = per, .bar = &bar};
+        for (int t = 0; t < threads; t++)
+            jobs[t] = (bw_job){.p = buf + per * t, .n = per, .bar = &bar, .fill = rep < 0, .base = per * t};
         for (int t = 1; t < threads; t++) pthread_create(&tid[t], NULL, bw_thread, &jobs[t]);
         bw_thread(&jobs[0]);
         for (int t = 1; t < threads; t++) pthread_join(tid[t], NULL);
@@ -101,7 +122,7 @@ static dd_status cpu_bandwidth(int threads, double *gbps, dd_error *err) {
             sink += jobs[t].sum;
         }
         double g = (double)(per * 8 * threads) / (t1 - t0) / 1e9;
-        if (g > best) best = g;
+        if (rep >= 0 && g > best) best = g;
     }
     (void)sink;
     free(buf);

@@ -65,6 +65,16 @@ static inline __attribute__((always_inline)) void wq4x2(const uint8_t *p, vf *lo
     *lo = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(l, h)));
     *hi = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(l, h)));
 }
+/* q4 by a 16-entry table: vpermps reads only the low 4 bits of each index lane, so the codes need no masking */
+#define KERN_Q4_LUT 1
+static inline __attribute__((always_inline)) vf wq4iota(void) {
+    return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+static inline __attribute__((always_inline)) void wq4x2lut(const uint8_t *p, vf tab, vf *lo, vf *hi) {
+    const __m128i b = _mm_loadu_si128((const __m128i *)p), h = _mm_srli_epi16(b, 4);
+    *lo = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(b, h)), tab);
+    *hi = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(b, h)), tab);
+}
 static inline __attribute__((always_inline)) float sbf16(uint16_t h) { return _cvtsh_ss(h); }
 static inline __attribute__((always_inline)) vf vdiv(vf a, vf b) { return _mm512_div_ps(a, b); }
 static inline __attribute__((always_inline)) vf vmin(vf a, vf b) { return _mm512_min_ps(a, b); }

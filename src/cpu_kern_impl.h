@@ -22,6 +22,10 @@
  *   vf vdiv, vmin, vmax(vf, vf); vf vabs(vf); vf vround(vf) (to nearest integer, |a| < 2^22);
  *   vf vpow2i(vf n)                    2^n for integral n in [-126, 127]
  *   vf vselneg(vf a, vf x, vf y)       a < 0 ? x : y, lane by lane
+ * and optionally (faster quantized paths; without them the plain convert-multiply-add path runs):
+ *   KERN_Q4_LUT (VL == 16), vf wq4iota(void) = {0, 1, .., 15}, and
+ *   void wq4x2lut(p, vf tab, vf *lo, vf *hi)   2 VL 4-bit codes from VL bytes at p (as wq4x2), each replaced by
+ *                                      lane `code` of tab: lo = tab[codes 0..VL-1], hi = tab[codes VL..2VL-1]
  */
 #include "cpu.h"
 #include "util.h"
@@ -131,8 +135,13 @@ DD_AI void dot_dense(float *acc, const float *x, size_t ldx, const dd_weight *w,
 }
 
 /* The same over an MLX affine weight (bits 8 or 4, group % VL == 0): per group and row, scale s and bias b are
- * broadcast once; each weight vector is dequantized in registers as fl(fl(s * q) + b) — MLX's and
- * dd_weight_row_f32's rounding — then used by the TR rows. */
+ * broadcast once; each weight vector is dequantized in registers to fl(fl(s * q) + b) — MLX's and
+ * dd_weight_row_f32's rounding — then used by the TR rows.
+ *
+ * q4 where the instruction set has a 16-lane permute (KERN_Q4_LUT): the 16 possible weights of a group and row
+ * are computed once (the same two roundings) and each weight vector is one permute by its codes, instead of
+ * convert + multiply + add per vector — measured 12.5 -> 15.9 GB/s on L3-resident weights, 2 Zen 4 cores, batch 1
+ * (the plain path is compute-bound far below the read bandwidth there). Bit-identical to the plain path. */
 DD_AI void dot_quant(float *acc, const float *x, size_t ldx, const dd_weight *w, int64_t n0, const int NR,
                      const int TR, const int bits, const uint8_t *pf) {
     const int64_t K = w->cols, G = w->group, ng = K / G;
@@ -174,6 +183,27 @@ DD_AI void dot_quant(float *acc, const float *x, size_t ldx, const dd_weight *w,
                 b[r] = vset(bf[r][gi]);
             }
             int64_t k = g * G;
+#ifdef KERN_Q4_LUT
+            if (bits == 4 && G % (2 * VL) == 0) {
+                /* q4 by table: the 16 values fl(fl(s * q) + b), q = 0..15, of this group and row in one vector
+                 * (computed with the same two roundings), then each weight is a lane permute by its code */
+                vf tab[KERN_NR];
+                const vf iota = wq4iota();
+                DD_UNROLL for (int r = 0; r < NR; r++) tab[r] = vadd(vmul(s[r], iota), b[r]);
+                for (; k < (g + 1) * G; k += 2 * VL) {
+                    vf w0[KERN_NR], w1[KERN_NR];
+                    if (pf) {
+                        for (size_t o = 0; o < 2 * pstep; o += 64) __builtin_prefetch(pf + o, 0, PF_HINT);
+                        pf += 2 * pstep;
+                    }
+                    DD_UNROLL for (int r = 0; r < NR; r++) wq4x2lut(wr[r] + k / 2, tab[r], &w0[r], &w1[r]);
+                    DD_UNROLL for (int t = 0; t < TR; t++) {
+                        vf x0 = vld(x + t * ldx + k), x1 = vld(x + t * ldx + k + VL);
+                        DD_UNROLL for (int r = 0; r < NR; r++) a[t][r] = vfma(x1, w1[r], vfma(x0, w0[r], a[t][r]));
+                    }
+                }
+            }
+#endif
             if (bits == 4 && G % (2 * VL) == 0) {
                 /* q4, two vectors per load and unpack: the same accumulator sequence as one vector at a time */
                 for (; k < (g + 1) * G; k += 2 * VL) {
