@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The one script run on the GPU machine (NVIDIA H200): build with CUDA, run every test, compute-sanitizer memcheck
-# and racecheck on test_cuda, `depthdec bench` on the cuda backend (SPEC §6 configurations and a latency-vs-batch
+# The one script run on the GPU machine (NVIDIA H200): build with CUDA, run every test, compute-sanitizer memcheck,
+# initcheck and racecheck on test_cuda, `depthdec bench` on the cuda backend (SPEC §6 configurations and a latency-vs-batch
 # curve), the PyTorch comparison on the same safetensors files, and the plot. Everything is logged under $OUT
 # (default /tmp/cuda_check): check.log, bench.jsonl, torch.json, latency.png, summary.txt.
 #
@@ -58,6 +58,16 @@ if has tests; then
     cat "$OUT/test_cuda.log" >>"$LOG"
     grep -vE "^\[ (RUN|  *OK) " "$OUT/test_cuda.log" | tail -40
     summary "test_cuda: rc $rc, $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/test_cuda.log" | tr '\n' ' ')"
+    say "test_cuda quick end-to-end and invariance with attention and sampling fused into their linears (DD_CUDA_FUSE=3)"
+    DD_TEST_QUICK=1 DD_CUDA_FUSE=3 DD_TEST_ONLY=test_e2e \
+        timeout 300 $B/test_cuda >"$OUT/test_fused.log" 2>&1
+    rc=$?
+    DD_TEST_QUICK=1 DD_CUDA_FUSE=3 DD_TEST_ONLY=test_invariance timeout 300 $B/test_cuda >>"$OUT/test_fused.log" 2>&1
+    rc2=$?
+    cat "$OUT/test_fused.log" >>"$LOG"
+    grep -E "identical to ref:|PASSED|FAILED" "$OUT/test_fused.log" | tail -4
+    summary "test_cuda fused (DD_CUDA_FUSE=3) test_e2e: rc $rc, test_invariance: rc $rc2"
+    rm -f "$OUT/test_fused.log"
     say "the other suites (DD_TEST_QUICK=1: their GPT/CSM-dims ref runs take minutes)"
     others=${OTHER_TESTS:-$(ls $B/test_* | grep -v test_cuda)}
     (DD_TEST_QUICK=1 timeout ${OTHER_TIMEOUT:-300} bash tests/run_all.sh $B $others) \
@@ -69,12 +79,15 @@ if has tests; then
 fi
 
 if has sanitize; then
-    # memcheck: every quick test; racecheck (far slower): the linear schedules and the fused end-to-end frames
-    for run in ${SAN_RUNS:-memcheck:all racecheck:test_linear racecheck:test_e2e}; do
-        tool=${run%%:*} only=${run#*:}
-        say "compute-sanitizer $tool on test_cuda (quick cases: $only)"
+    # memcheck and initcheck: every quick test; racecheck (far slower): the linear schedules, and whole frames of
+    # the end-to-end test at DD_TEST_QUICK=2 (one weight type per block kind, 2 streams). Runs: tool:test[:quick]
+    for run in ${SAN_RUNS:-memcheck:all initcheck:all racecheck:test_linear racecheck:test_e2e:2}; do
+        tool=${run%%:*} rest=${run#*:}
+        only=${rest%%:*} quick=1
+        [ "$rest" != "$only" ] && quick=${rest#*:}
+        say "compute-sanitizer $tool on test_cuda (DD_TEST_QUICK=$quick cases: $only)"
         [ "$only" = all ] && only=
-        DD_TEST_QUICK=1 DD_TEST_ONLY="$only" DD_CUDA_TIMEOUT_S=600 timeout ${SAN_TIMEOUT:-200} compute-sanitizer \
+        DD_TEST_QUICK=$quick DD_TEST_ONLY="$only" DD_CUDA_TIMEOUT_S=600 timeout ${SAN_TIMEOUT:-200} compute-sanitizer \
             --tool $tool --error-exitcode 9 $B/test_cuda >"$OUT/san.log" 2>&1
         rc=$?
         tail -12 "$OUT/san.log" | tee -a "$LOG"

@@ -119,6 +119,146 @@ __device__ __noinline__ void cu_attend_query(const cu_attend &A, int s, int i, i
     __syncwarp();
 }
 
+/* ---- the fast schedule: one warp per query, every load of a stage in flight at once ------------------------ */
+
+/* rotated (when the model has RoPE) copy of one head row src (HD floats, global) for position p into dst (warp
+ * scratch), lanes over pairs */
+__device__ __forceinline__ void cu_rot_row(const cu_attend &A, const float *src, int p, float *dst, int lane) {
+    const int HD = A.HD, half = HD / 2;
+    if (A.rope) {
+        for (int j = lane; j < half; j += 32) {
+            float o0, o1;
+            cu_rope_pair(A.rope, HD, p, j, __ldcg(src + j), __ldcg(src + j + half), o0, o1);
+            dst[j] = o0;
+            dst[j + half] = o1;
+        }
+        for (int d = 2 * half + lane; d < HD; d += 32) dst[d] = __ldcg(src + d);
+    } else {
+        for (int d = lane; d < HD; d += 32) dst[d] = __ldcg(src + d);
+    }
+}
+
+/* warp scratch (floats) the fast schedule needs: the rotated query and this pass's rotated keys */
+__host__ __device__ static inline int cu_attend_fast_floats(const cu_attend *A) { return (1 + A->P) * A->HD; }
+__host__ __device__ static inline int cu_attend_fast_ok(const cu_attend *A) {
+    return (size_t)cu_attend_fast_floats(A) * CU_WARPS * 4 <= CU_ACT_BYTES;
+}
+
+/* Query (stream s, new position i, q head h) over keys 0 .. p0 + i, one warp. Keys and values of earlier passes
+ * come from the cache (keys stored rotated); this pass's (positions p0 ..) straight from the qkv rows, their keys
+ * rotated into the warp's scratch by the same cu_rope_pair the append uses, so a key has the same value either
+ * way and no warp reads what another warp of the op writes. The warp of the first q head of a kv group appends
+ * token (s, i)'s key and value to the cache. A lane's whole key row, and a lane's value columns of every key, are
+ * loaded before their first use. Arithmetic and its order are those of cu_attend_query. */
+__device__ __noinline__ void cu_attend_fast(const cu_attend &A, int s, int i, int h, float *ws, int lane) {
+    const int HD = A.HD, G = A.H / A.KVH, kh = h / G, kvw = A.KVH * HD, qw = (A.H + 2 * A.KVH) * HD;
+    const int p0 = A.p0, p = p0 + i, nk = p + 1;
+    const float *tok0 = A.qkv + (size_t)s * A.P * qw; /* token (s, 0) */
+    float *sq = ws, *skn = ws + HD;
+    CU_PROBE_START(pt);
+    cu_rot_row(A, tok0 + (size_t)i * qw + (size_t)h * HD, p, sq, lane);
+    for (int r = 0; r <= i; r++) cu_rot_row(A, tok0 + (size_t)r * qw + (size_t)(A.H + kh) * HD, p0 + r, skn + r * HD, lane);
+    __syncwarp();
+    CU_PROBE(13, pt);
+    const float *kc = A.kc + (size_t)s * A.cstride + (size_t)kh * HD;
+    const float *vc = A.vc + (size_t)s * A.cstride + (size_t)kh * HD;
+    const int voff = (A.H + A.KVH + kh) * HD;
+    if (h % G == 0) {
+        float *kd = A.kc + (size_t)s * A.cstride + (size_t)p * kvw + (size_t)kh * HD;
+        float *vd = A.vc + (size_t)s * A.cstride + (size_t)p * kvw + (size_t)kh * HD;
+        const float *vin = tok0 + (size_t)i * qw + voff;
+        for (int d = lane; d < HD; d += 32) {
+            kd[d] = skn[i * HD + d];
+            vd[d] = __ldcg(vin + d);
+        }
+    }
+    CU_PROBE(14, pt);
+    /* scores: lane j takes keys j and j + 32, a sequential float32 dot over HD; a lane's loads of 32 elements of
+     * its key row are in flight together */
+    const float scale = sqrtf((float)HD);
+    float sc[2] = {-INFINITY, -INFINITY};
+#pragma unroll 1
+    for (int r = 0; r < 2; r++) {
+        const int j = lane + 32 * r;
+        if (j < nk) {
+            float d = 0.0f;
+            if (j < p0) {
+                const float *kr = kc + (size_t)j * kvw;
+#pragma unroll 1
+                for (int e0 = 0; e0 < HD; e0 += 32) {
+                    float kv[32];
+                    if (e0 + 32 <= HD && (HD & 3) == 0) {
+#pragma unroll
+                        for (int u = 0; u < 8; u++) {
+                            float4 f = __ldcg((const float4 *)(kr + e0) + u);
+                            kv[4 * u] = f.x, kv[4 * u + 1] = f.y, kv[4 * u + 2] = f.z, kv[4 * u + 3] = f.w;
+                        }
+                    } else {
+#pragma unroll
+                        for (int u = 0; u < 32; u++) kv[u] = e0 + u < HD ? __ldcg(kr + e0 + u) : 0.0f;
+                    }
+#pragma unroll
+                    for (int u = 0; u < 32; u++)
+                        if (e0 + u < HD) d = d + sq[e0 + u] * kv[u];
+                }
+            } else {
+                const float *kr = skn + (j - p0) * HD;
+#pragma unroll 4
+                for (int e = 0; e < HD; e++) d = d + sq[e] * kr[e];
+            }
+            sc[r] = d / scale;
+        }
+    }
+    float m = fmaxf(sc[0], sc[1]);
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    float e0 = lane < nk ? expf(sc[0] - m) : 0.0f, e1 = lane + 32 < nk ? expf(sc[1] - m) : 0.0f;
+    float sum = e0 + e1;
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    float w0 = e0 / sum, w1 = e1 / sum;
+    CU_PROBE(15, pt);
+    /* out: lane takes dims d and d + 32 of a 64-wide slice; values of 16 keys in flight; keys in order */
+    float *out = A.out + ((size_t)s * A.P + i) * A.H * HD + (size_t)h * HD;
+#pragma unroll 1
+    for (int d0 = 0; d0 < HD; d0 += 64) {
+        const int da = d0 + lane, db = d0 + 32 + lane;
+        float oa = 0.0f, ob = 0.0f;
+#pragma unroll 1
+        for (int j0 = 0; j0 < nk; j0 += 16) {
+            float va[16], vb[16];
+#pragma unroll
+            for (int u = 0; u < 16; u++) {
+                const int j = j0 + u;
+                const float *vr = j < p0 ? vc + (size_t)j * kvw : tok0 + (size_t)(j - p0) * qw + voff;
+                va[u] = j < nk && da < HD ? __ldcg(vr + da) : 0.0f;
+                vb[u] = j < nk && db < HD ? __ldcg(vr + db) : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < 16; u++) {
+                const int j = j0 + u;
+                float wj = __shfl_sync(0xffffffffu, j < 32 ? w0 : w1, j & 31);
+                if (j < nk) {
+                    oa = oa + wj * va[u];
+                    ob = ob + wj * vb[u];
+                }
+            }
+        }
+        if (da < HD) out[da] = oa;
+        if (db < HD) out[db] = ob;
+    }
+    __syncwarp();
+    CU_PROBE(16, pt);
+}
+
+/* the fast schedule as its own op: query items (stream, position, q head) striped over the blocks first */
+__device__ __noinline__ void cu_attend_op_fast(const cu_attend &A, int n, float *scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int items = n * A.P * A.H, ws = cu_attend_fast_floats(&A);
+    for (int it = blockIdx.x + gridDim.x * warp; it < items; it += gridDim.x * CU_WARPS) {
+        int h = it % A.H, r = it / A.H, i = r % A.P, s = r / A.P;
+        cu_attend_fast(A, s, i, h, scratch + (size_t)warp * ws, lane);
+    }
+}
+
 /* as its own op: warps over (stream, kv head), keys read from the cache */
 __device__ __noinline__ void cu_attend_op(const cu_attend &A, int n, float *scratch /* CU_WARPS x HD floats */) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -143,6 +283,14 @@ __device__ __noinline__ void cu_attend_group_block(const cu_attend &A, int n, in
     const int G = A.H / A.KVH, HD = A.HD, kvw = A.KVH * HD, nk = A.p0 + A.P;
     float *sq = scratch + (size_t)warp * HD;
     float *sk = scratch + (size_t)CU_WARPS * HD, *sv = sk + (size_t)nk * HD;
+    if (cu_attend_fast_ok(&A)) {
+        const int ws = cu_attend_fast_floats(&A);
+        for (int it = warp; it < n * A.P * G; it += CU_WARPS) {
+            int hq = it % G, r = it / G, i = r % A.P, s = r / A.P;
+            cu_attend_fast(A, s, i, kh * G + hq, scratch + (size_t)warp * ws, lane);
+        }
+        return;
+    }
     const int fits = ((size_t)CU_WARPS * HD + 2 * (size_t)nk * HD) * 4 <= CU_ACT_BYTES;
     for (int it = warp; it < n * A.P; it += CU_WARPS) cu_append_kv(A, it / A.P, it % A.P, kh, lane);
     __syncthreads();

@@ -39,8 +39,10 @@ extern "C" {
 #include "util.h"
 }
 
-#define CU_THREADS 512 /* threads per block of the frame kernel (16 warps), one block per SM */
-#define CU_WARPS 16
+#ifndef CU_THREADS
+#define CU_THREADS 512 /* threads per block of the frame kernel, one block per SM */
+#endif
+#define CU_WARPS (CU_THREADS / 32)
 #define CU_CKT 8 /* k-tiles (of 16 columns) per accumulation chunk */
 
 /* shared memory of the frame kernel (dynamic), in bytes */
@@ -53,7 +55,7 @@ extern "C" {
     (CU_ACT_BYTES + CU_PART_SLOTS * 512 + CU_ACC_SLOTS * 512 + CU_ASUM_FLOATS * 4 + CU_MISC_BYTES)
 
 #define CU_SMALL_T 8 /* at most this many tokens (rows of x) per linear for the small-batch schedule */
-#define CU_BIG_UNITS 4 /* large schedule: units (m-tiles or gate/up pairs) per block tile */
+#define CU_BIG_UNITS (CU_WARPS / 4) /* large schedule: units (m-tiles or gate/up pairs) per block tile */
 #define CU_BIG_NT 16   /* large schedule: n-tiles (8 tokens) per block tile */
 
 /* how weights enter the tensor cores */
@@ -173,6 +175,27 @@ typedef struct cu_params {
 /* profile categories (dd_cuda_test_profile) */
 enum { CU_PROF_LINEAR = 0, CU_PROF_FATTEND, CU_PROF_FSAMPLE, CU_PROF_BIG, CU_PROF_ATTEND, CU_PROF_SAMPLE, CU_PROF_WAIT,
        CU_PROF_TOTAL, CU_NPROF };
+
+/* test hook (dd_cuda_test_probes): when set, thread 0 of a block adds the time since its previous probe to
+ * cu_probe_buf[2 id] and 1 to cu_probe_buf[2 id + 1] at each CU_PROBE point (profiling only) */
+#define CU_NPROBE 32
+static __device__ unsigned long long *cu_probe_buf;
+__device__ __forceinline__ unsigned long long cu_gtimer(void) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#define CU_PROBE_START(t) unsigned long long t = cu_probe_buf && threadIdx.x == 0 ? cu_gtimer() : 0ull
+#define CU_PROBE(id, t)                                                                                            \
+    do {                                                                                                           \
+        unsigned long long *b_ = cu_probe_buf;                                                                     \
+        if (b_ && threadIdx.x == 0) {                                                                              \
+            unsigned long long n_ = cu_gtimer();                                                                   \
+            atomicAdd(b_ + 2 * (id), n_ - (t));                                                                    \
+            atomicAdd(b_ + 2 * (id) + 1, 1ull);                                                                    \
+            (t) = n_;                                                                                              \
+        }                                                                                                          \
+    } while (0)
 
 /* ---- host/device helpers: the schedule decisions both sides must agree on ------------------------------- */
 

@@ -104,10 +104,12 @@ __device__ int cu_sample_block(LD z, int V, float T, int K, uint64_t seed, uint6
     uint32_t thr = 0;
     if (K > 0 && K < V) {
         uint32_t prefix = 0, mask = 0, k = (uint32_t)K;
+#pragma unroll 1
         for (int shift = 24; shift >= 0; shift -= 8) {
             for (int b = tid; b < 256; b += CU_THREADS) S.hist[b] = 0;
             __syncthreads();
             /* warp-aggregated: one shared atomic per distinct bucket per warp (logits crowd a few buckets) */
+#pragma unroll 1
             for (int base = 0; base < V; base += CU_THREADS) {
                 int i = base + tid;
                 uint32_t key = i < V ? cu_order_key(z(i)) : 0u;
@@ -152,25 +154,29 @@ __device__ int cu_sample_block(LD z, int V, float T, int K, uint64_t seed, uint6
     }
     const float invT = __fdiv_rn(1.0f, T);
     const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    /* compact on purpose (the kernel's code is fetched cold at every op): one Philox call per group of 4 with a
+     * candidate, one Gumbel evaluation per candidate */
+#pragma unroll 1
     for (int i4 = tid; 4 * i4 < V; i4 += CU_THREADS) {
-        float g4[4];
-        int have = 0;
+        unsigned cand = 0;
+        float zz[4];
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             int i = 4 * i4 + e;
-            if (i >= V) break;
-            float zi = z(i);
-            if (isnan(zi) || zi == -INFINITY || cu_order_key(zi) < thr) continue;
-            if (!have) {
-                uint32_t x[4];
-                cu_philox((uint32_t)i4, (uint32_t)level, (uint32_t)frame, (uint32_t)(frame >> 32), k0, k1, x);
-#pragma unroll
-                for (int q = 0; q < 4; q++) g4[q] = cu_gumbel_word(x[q]);
-                have = 1;
-            }
-            float si = __fadd_rn(__fmul_rn(zi, invT), g4[e]);
+            zz[e] = i < V ? z(i) : NAN;
+            if (!(isnan(zz[e]) || zz[e] == -INFINITY || cu_order_key(zz[e]) < thr)) cand |= 1u << e;
+        }
+        if (!cand) continue;
+        uint32_t x[4];
+        cu_philox((uint32_t)i4, (uint32_t)level, (uint32_t)frame, (uint32_t)(frame >> 32), k0, k1, x);
+#pragma unroll 1
+        for (int e = 0; e < 4; e++) {
+            if (!((cand >> e) & 1u)) continue;
+            uint32_t xe = e == 0 ? x[0] : e == 1 ? x[1] : e == 2 ? x[2] : x[3];
+            float ze = e == 0 ? zz[0] : e == 1 ? zz[1] : e == 2 ? zz[2] : zz[3];
+            float si = __fadd_rn(__fmul_rn(ze, invT), cu_gumbel_word(xe));
             if (isnan(si)) si = -INFINITY;
-            cu_best(bs, bi, si, i);
+            cu_best(bs, bi, si, 4 * i4 + e);
         }
     }
     cu_block_best(bs, bi, S);
@@ -213,6 +219,7 @@ __device__ __forceinline__ float cu_raw_val(const cu_raw &t, int r, int d) {
  * gathered). */
 __device__ __noinline__ int cu_sample_stream(const cu_sample &S, const cu_params &P, int s, float *zs, const cu_samp_smem &SS) {
     int code;
+    CU_PROBE_START(pt);
     if (S.forced) {
         code = S.code_is_stream ? s : __ldcg(S.code_in + (size_t)s * S.ldi);
     } else {
@@ -221,12 +228,14 @@ __device__ __noinline__ int cu_sample_stream(const cu_sample &S, const cu_params
         if ((size_t)S.V * 4 <= CU_ACT_BYTES) {
             for (int i = threadIdx.x; i < S.V; i += CU_THREADS) zs[i] = __ldcg(zg + i);
             __syncthreads();
+            CU_PROBE(3, pt);
             code = cu_sample_block([&](int i) { return zs[i]; }, S.V, P.temp, P.topk, seed, frame, S.level, SS);
         } else {
             code = cu_sample_block([&](int i) { return __ldcg(zg + i); }, S.V, P.temp, P.topk, seed, frame,
                                    S.level, SS);
         }
     }
+    if (!S.forced) CU_PROBE(4, pt);
     if (threadIdx.x == 0) {
         if (code < 0) atomicMin(&P.err[1], (s << 8) | S.level);
         if (S.code_out) S.code_out[(size_t)s * S.ldo] = code;
@@ -240,6 +249,7 @@ __device__ __noinline__ int cu_sample_stream(const cu_sample &S, const cu_params
         if (S.pos) v = v + __ldg(S.pos + d);
         dst[d] = v;
     }
+    CU_PROBE(5, pt);
     return code;
 }
 

@@ -154,6 +154,7 @@ __device__ void cu_fused_attend(const cu_params &P, const cu_linear &L, const cu
     uint8_t *gflag = sm.misc + MISC_GFLAG;
     const int h16 = A.HD / 16, Gq = A.H / A.KVH, total = (Gq + 2) * h16;
     __syncthreads(); /* the block's qkv rows are written (ordered before thread 0's release by bar.sync) */
+    CU_PROBE_START(pt);
     if (threadIdx.x == 0) {
         for (int g = 0; g < A.KVH; g++) {
             int c = cu_overlap(u0, u1, g * Gq * h16, (g + 1) * Gq * h16) +
@@ -165,10 +166,13 @@ __device__ void cu_fused_attend(const cu_params &P, const cu_linear &L, const cu
         }
     }
     __syncthreads();
+    CU_PROBE(0, pt);
     for (int g = 0; g < A.KVH; g++) {
         if (!gflag[g]) continue;
         cu_attend_group_block(A, P.n, g, (float *)sm.act);
         if (threadIdx.x == 0) P.cnt[g] = 0;
+        __syncthreads();
+        CU_PROBE(1, pt);
     }
 }
 
@@ -178,8 +182,10 @@ __device__ void cu_fused_sample(const cu_params &P, const cu_linear &L, const cu
     if (nu == 0) return;
     int *slast = (int *)(sm.misc + MISC_LAST);
     __syncthreads();
+    CU_PROBE_START(pt);
     if (threadIdx.x == 0) *slast = cu_atom_add_acqrel(&P.cnt[CNT_HEAD], (unsigned)nu) + (unsigned)nu == (unsigned)L.w.MT;
     __syncthreads();
+    CU_PROBE(2, pt);
     if (!*slast) return;
     for (int s = 0; s < P.n; s++) cu_sample_stream(S, P, s, (float *)sm.act, SS);
     if (threadIdx.x == 0) P.cnt[CNT_HEAD] = 0;
@@ -226,6 +232,8 @@ extern "C" __global__ void __launch_bounds__(CU_THREADS, 1) cu_frame_kernel(cu_p
             tprof = t_;                                                                                            \
         }                                                                                                          \
     } while (0)
+    long long clk0 = clock64();
+    unsigned long long gt0 = cu_globaltimer();
     int i = 0;
     while (i < P.nops) {
         const cu_op *op = (const cu_op *)sets[cur];
@@ -251,7 +259,9 @@ extern "C" __global__ void __launch_bounds__(CU_THREADS, 1) cu_frame_kernel(cu_p
             const cu_op *nl = o1 && o1->type == CU_OP_LINEAR ? o1 : o2 && o2->type == CU_OP_LINEAR ? o2 : NULL;
             if (nl) cu_prefetch_linear(nl->lin, cu_lin_T(&nl->lin, P.n), P.force_big);
             if (cu_lin_small(&L, T, P.force_big)) {
+                CU_PROBE_START(pt);
                 int nu = cu_run_small(L, T, sm);
+                CU_PROBE(7, pt);
                 PROF(CU_PROF_LINEAR);
                 int fused = L.fuse == i + 1 && o1 && (o1->type != CU_OP_ATTEND || cu_can_fuse_attend(&o1->att));
                 if (fused) {
@@ -274,7 +284,11 @@ extern "C" __global__ void __launch_bounds__(CU_THREADS, 1) cu_frame_kernel(cu_p
                 PROF(CU_PROF_BIG);
             }
         } else if (op->type == CU_OP_ATTEND) {
-            cu_attend_op(op->att, P.n, (float *)sm.act);
+            CU_PROBE_START(pt);
+            if (cu_attend_fast_ok(&op->att)) cu_attend_op_fast(op->att, P.n, (float *)sm.act);
+            else cu_attend_op(op->att, P.n, (float *)sm.act);
+            __syncthreads();
+            CU_PROBE(6, pt);
             PROF(CU_PROF_ATTEND);
         } else if (op->type == CU_OP_SAMPLE) {
             for (int s = blockIdx.x; s < P.n; s += gridDim.x) cu_sample_stream(op->smp, P, s, (float *)sm.act, SS);
@@ -299,6 +313,10 @@ extern "C" __global__ void __launch_bounds__(CU_THREADS, 1) cu_frame_kernel(cu_p
         i = next;
     }
     if (prof) atomicAdd(P.prof + CU_PROF_TOTAL, cu_globaltimer() - tstart);
+    if (cu_probe_buf && threadIdx.x == 0 && blockIdx.x == 0) { /* SM clock: cycles over nanoseconds */
+        atomicAdd(cu_probe_buf + 2 * (CU_NPROBE - 1), (unsigned long long)(clock64() - clk0));
+        atomicAdd(cu_probe_buf + 2 * (CU_NPROBE - 1) + 1, cu_globaltimer() - gt0);
+    }
 #undef PROF
 }
 
@@ -332,6 +350,23 @@ extern "C" int dd_cuda_test_timeline(int on, int max_ops, unsigned long long *ou
     g_tl = NULL;
     g_tl_ops = 0;
     return grid;
+}
+
+/* test hook: on = 1 clears and enables the probe sums (CU_NPROBE pairs of (ns, count); the last pair is block 0's
+ * (cycles, ns)); on = 0 copies them to out (when not NULL) and disables */
+extern "C" void dd_cuda_test_probes(int on, unsigned long long *out) {
+    static unsigned long long *buf = NULL;
+    if (on) {
+        if (!buf && cudaMalloc((void **)&buf, CU_NPROBE * 16) != cudaSuccess) buf = NULL;
+        if (buf) cudaMemset(buf, 0, CU_NPROBE * 16);
+        cudaMemcpyToSymbol(cu_probe_buf, &buf, sizeof buf);
+        return;
+    }
+    unsigned long long *z = NULL;
+    cudaMemcpyToSymbol(cu_probe_buf, &z, sizeof z);
+    if (buf && out) cudaMemcpy(out, buf, CU_NPROBE * 16, cudaMemcpyDeviceToHost);
+    cudaFree(buf);
+    buf = NULL;
 }
 
 /* ---- host: launch and scratch ------------------------------------------------------------------------------ */
