@@ -742,7 +742,7 @@ static void timeline(const char *kind, dd_dtype wt, int B) {
         while (k < nk && key[k] != desc[i]) k++;
         if (k == nk && nk < NK) key[nk++] = desc[i];
         if (k == NK) k = NK - 1;
-        if (prev >= 0) sg[prev] += (double)(smin - prev_done);
+        if (prev >= 0) sg[prev] += (double)smin - (double)prev_done; /* negative: the op did not wait for it */
         sw[k] += (double)(dmax - smin);
         si[k] += (double)(dmax - dn[G / 2]);
         ss[k] += (double)(smax - smin);
