@@ -2,16 +2,18 @@
  * single op for the test entry points), one block per SM, separated by grid barriers. No host synchronisation or
  * copy happens between ops; the host sees only the inputs it uploads and the codes/logits it reads back.
  *
- * Why persistent: a frame of the seed's dims is ~620 dependent steps. As separate kernels in a CUDA graph each
- * would cost ~1 us of launch latency, and nothing could run ahead. Here a grid barrier costs about as much, but a
- * block prefetches (L2, bulk prefetch) the weights of the next linear before it even starts the current one, so
- * HBM keeps streaming while the blocks wait at barriers; and two of the per-layer barriers disappear: attention
- * runs in the last block that completes a kv group of the qkv linear, sampling in the last block of the head.
+ * Why persistent: a frame of the seed's dims is ~680 dependent steps. As separate kernels in a CUDA graph each
+ * would cost ~1 us of launch latency, and nothing could run ahead. Here a grid barrier costs about as much (~2 us),
+ * but a block prefetches (L2, bulk prefetch) the weights of the next linear before it even starts the current one,
+ * so HBM keeps streaming while the blocks wait at barriers. Attention and sampling are ops of their own over the
+ * whole grid by default; DD_CUDA_FUSE (backend.cu) instead runs them in the last block that completes a kv group
+ * of the qkv linear / the head, saving a barrier per layer pass and per level but serialising them in one block
+ * (slower).
  *
- * Measured on the H200 (docs/cuda_results.md): correct and batch-invariant, but latency-bound — 13.6 ms per
- * GPT-dims frame at batch 1 against a 0.77 ms HBM floor: each of the 528 barrier-separated steps costs ~26 us (a
- * chain of dependent L2 round trips inside the op, the barrier, and waiting for the block that runs a fused
- * attention or sampling). That document lists what to change next.
+ * Measured on the H200 (docs/cuda_results.md): correct and batch-invariant, but latency-bound — 10.85 ms per
+ * GPT-dims frame at batch 1 against a 0.77 ms HBM floor: each of the 684 barrier-separated ops costs ~16 us (a
+ * chain of dependent L2 round trips inside the op, plus ~2 us of barrier). That document lists what to change
+ * next.
  *
  * Grid barrier: a 64-bit arrival counter that only grows (the host passes the count at launch start in
  * bar_base); thread 0 of each block adds 1 (release); the last arriver publishes the target on a second cache line
