@@ -209,8 +209,9 @@ static const setting settings[] = {
  * weight type and setting. The SPEC bar (codes identical on >= 99.9 % of (stream, level) pairs) is checked per
  * variant over all of them (10240 frames): one setting's 2048 pairs allow only 2 mismatches, and a single greedy
  * near-tie diverges the rest of its frame (seen: tiny-gpt q4 cpu-avx512 greedy 2043 / 2048 with
- * DD_TEST_SEED=1796285701, the other variants 2048 / 2048). Each setting must still reach 99 %, which a systematic
- * error in one setting would not. */
+ * DD_TEST_SEED=1796285701, the other variants 2048 / 2048: at level 3 of one stream ref's float32 logits of codes
+ * 1 and 6 are equal, 3.56625986, and the variant's differ by 2e-7 relative). Each setting must still reach 99 %,
+ * which a systematic error in one setting would not. */
 static void test_codes_vs_ref(void **state) {
     (void)state;
     static const dd_dtype types[] = {DD_BF16, DD_Q8, DD_Q4, DD_F16};
