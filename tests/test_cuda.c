@@ -43,6 +43,7 @@ void dd_cuda_test_force_big(int on);                            /* src/cuda/host
 void dd_cuda_test_profile(int on, unsigned long long *out);     /* src/cuda/frame.cu: 8 categories */
 int dd_cuda_test_timeline(int on, int max_ops, unsigned long long *out); /* src/cuda/frame.cu */
 void dd_cuda_test_probes(int on, unsigned long long *out);                /* src/cuda/frame.cu: 32 pairs */
+void dd_cuda_test_crossover(dd_decoder *d, int nmax); /* src/cuda/backend.cu: latency executor up to nmax streams */
 #endif
 
 static int cuda_ready(void) {
@@ -593,6 +594,7 @@ static void test_e2e(void **state) {
             /* DD_TEST_QUICK=2 (racecheck, ~100x slower): one weight type per block kind, 2 streams */
             if (g_quick >= 2 && types[t] != (k ? DD_Q4 : DD_BF16)) continue;
             e2e(k ? "tiny-llama" : "tiny-gpt", types[t], g_quick >= 2 ? 2 : g_quick ? 4 : 64, 1);
+            if (!g_quick) e2e(k ? "tiny-llama" : "tiny-gpt", types[t], 5, 1); /* the latency executor */
         }
     if (!g_quick) { /* ref takes seconds per stream-frame at these sizes: score and one sampled decode */
         e2e("gpt", DD_BF16, 1, 0);
@@ -655,6 +657,82 @@ static void test_invariance(void **state) {
     invariance("gpt", DD_Q8, 256);
     invariance("csm", DD_BF16, 256);
     invariance("gpt", DD_BF16, 512);
+}
+
+/* The latency executor (lat.cu, batches up to its crossover) against the frame kernel (frame.cu) on the same
+ * decoder and inputs: bit-identical logits (score, with and without level-0 logits) and identical codes (decode:
+ * sampled and greedy, c0 given and sampled). */
+static void executors(const char *kind, dd_dtype wt, int n) {
+    dd_model *m;
+    dd_error e;
+    if (dd_model_synthetic(&m, kind, wt, rnd64(), &e)) fail_msg("%s", e.msg);
+    const dd_config *c = dd_model_config(m);
+    const int Q = c->levels, V = c->codebook_size;
+    dd_decoder *d = make(m, DD_BACKEND_CUDA, n);
+    float *h = rand_hidden(m, n);
+    int32_t *codes = rand_codes(m, n), *c0 = malloc((size_t)n * 4);
+    for (int i = 0; i < n; i++) c0[i] = codes[(size_t)i * Q];
+    uint64_t *seeds = malloc((size_t)n * 8), *frames = malloc((size_t)n * 8);
+    for (int i = 0; i < n; i++) seeds[i] = rnd64(), frames[i] = rnd64() >> 20;
+    const size_t nl = (size_t)n * (Q - 1) * V, n0 = c->has_head0 ? (size_t)n * V : 0;
+    float *lg[2], *l0[2];
+    int32_t *cd[2][4];
+    dd_sampling ss[2] = {dd_sampling_default(), {0.0f, 0}};
+    for (int x = 0; x < 2; x++) { /* x = 0: the latency executor, 1: the frame kernel */
+        dd_cuda_test_crossover(d, x ? 0 : n);
+        lg[x] = malloc(nl * 4);
+        l0[x] = n0 ? malloc(n0 * 4) : NULL;
+        for (size_t i = 0; i < nl; i++) lg[x][i] = NAN;
+        for (size_t i = 0; i < n0; i++) l0[x][i] = NAN;
+        if (dd_score(d, n, h, codes, lg[x], l0[x], &e)) fail_msg("score: %s", e.msg);
+        for (int k = 0; k < 4; k++) {
+            cd[x][k] = malloc((size_t)n * Q * 4);
+            for (int i = 0; i < n * Q; i++) cd[x][k][i] = -7;
+            const int32_t *cc = (k & 2) || !c->has_head0 ? c0 : NULL;
+            if (dd_decode(d, n, h, cc, seeds, frames, &ss[k & 1], cd[x][k], &e)) fail_msg("decode: %s", e.msg);
+        }
+    }
+    for (size_t i = 0; i < nl; i++)
+        if (f2u(lg[0][i]) != f2u(lg[1][i]))
+            fail_msg("%s %s n=%d: logit %zu (stream %zu): latency executor %.9g, frame kernel %.9g", kind,
+                     dd_dtype_name(wt), n, i, i / ((size_t)(Q - 1) * V), lg[0][i], lg[1][i]);
+    for (size_t i = 0; i < n0; i++)
+        if (f2u(l0[0][i]) != f2u(l0[1][i]))
+            fail_msg("%s %s n=%d: level-0 logit %zu: %.9g vs %.9g", kind, dd_dtype_name(wt), n, i, l0[0][i], l0[1][i]);
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < n * Q; i++)
+            if (cd[0][k][i] != cd[1][k][i] || cd[0][k][i] < 0)
+                fail_msg("%s %s n=%d: decode %d: stream %d level %d: latency executor %d, frame kernel %d", kind,
+                         dd_dtype_name(wt), n, k, i / Q, i % Q, cd[0][k][i], cd[1][k][i]);
+    printf("  %-10s %-4s n=%d: latency executor == frame kernel (logit bits, codes)\n", kind, dd_dtype_name(wt), n);
+    for (int x = 0; x < 2; x++) {
+        free(lg[x]), free(l0[x]);
+        for (int k = 0; k < 4; k++) free(cd[x][k]);
+    }
+    free(h), free(codes), free(c0), free(seeds), free(frames);
+    dd_decoder_free(d);
+    dd_model_free(m);
+}
+
+static void test_executors(void **state) {
+    (void)state;
+    NEED_CUDA();
+    static const dd_dtype types[] = {DD_F32, DD_F16, DD_BF16, DD_Q8, DD_Q4};
+    static const int ns[] = {1, 3, 8};
+    for (int k = 0; k < 2; k++)
+        for (int t = 0; t < 5; t++)
+            for (int i = 0; i < 3; i++) {
+                if (g_quick >= 2 && (types[t] != (k ? DD_Q4 : DD_BF16) || i == 2)) continue;
+                executors(k ? "tiny-llama" : "tiny-gpt", types[t], ns[i]);
+            }
+    if (g_quick) return;
+    executors("gpt", DD_BF16, 1);
+    executors("gpt", DD_BF16, 8);
+    executors("gpt", DD_Q8, 1);
+    executors("gpt", DD_Q4, 2);
+    executors("csm", DD_BF16, 1);
+    executors("csm", DD_BF16, 5);
+    executors("csm", DD_Q8, 1);
 }
 
 /* Where a frame's time goes (not a pass/fail test): kernel time by category, from %globaltimer in every block. */
@@ -806,6 +884,7 @@ static void test_attend(void **state) { (void)state; NEED_CUDA(); }
 static void test_sample(void **state) { (void)state; NEED_CUDA(); }
 static void test_e2e(void **state) { (void)state; NEED_CUDA(); }
 static void test_invariance(void **state) { (void)state; NEED_CUDA(); }
+static void test_executors(void **state) { (void)state; NEED_CUDA(); }
 static void test_profile(void **state) { (void)state; NEED_CUDA(); }
 
 #endif
@@ -823,7 +902,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_linear, setup),    cmocka_unit_test_setup(test_attend, setup),
         cmocka_unit_test_setup(test_sample, setup),    cmocka_unit_test_setup(test_e2e, setup),
-        cmocka_unit_test_setup(test_invariance, setup), cmocka_unit_test_setup(test_profile, setup),
+        cmocka_unit_test_setup(test_invariance, setup), cmocka_unit_test_setup(test_executors, setup),
+        cmocka_unit_test_setup(test_profile, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,33 +13,11 @@
  *   head (final norm prologue, last position of each stream) [+ sample and gather of the next input, fused]
  * with a grid barrier at each '|'.
  */
-#include "cu_common.cuh"
+#include "cu_state.cuh"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-enum { PROG_DECODE_C0 = 0, PROG_DECODE = 1, PROG_SCORE = 2, PROG_SCORE_L0 = 3, NPROG = 4 };
-
-typedef struct cu_state {
-    void **allocs;
-    int nallocs;
-    cu_scratch sc;
-    int B;
-    /* weights */
-    cu_mat head0, in_proj, *qkv, *wo, *fc1, *fc2, *heads;
-    float *in_bias, *pos, *norm_w, *norm_b;
-    float **bqkv, **bo, **b1, **b2, **n1w, **n1b, **n2w, **n2b;
-    cu_raw table; /* gather table of code embeddings: native embed, or CSM in(table) (float32) */
-    double *rope;
-    /* activations */
-    float *x, *qkvb, *att, *ff, *logits, *logits0, *kc, *vc;
-    /* packed io: in = hidden | seeds | frames | c0 | codes_in ; out = err[2] | codes */
-    uint8_t *d_in, *h_in, *d_out, *h_out;
-    size_t off_seeds, off_frames, off_c0, off_codes_in, in_bytes;
-    cu_op *h_prog[NPROG], *d_prog[NPROG];
-    int nprog[NPROG];
-} cu_state;
 
 typedef struct prog {
     cu_op *op;
@@ -421,6 +399,8 @@ static dd_status cuda_init(dd_decoder *d, dd_error *err) {
         CU_TRY(cudaMemcpy(dp, p.op, (size_t)p.n * sizeof(cu_op), cudaMemcpyHostToDevice), err, "program upload");
         st->d_prog[v] = (cu_op *)dp;
     }
+    if ((s = lt_create(&st->lt, st, m, err))) return s;
+    st->lt_max = lt_max_batch(st->lt);
     CU_TRY(cudaDeviceSynchronize(), err, "init");
     return DD_OK;
 }
@@ -434,6 +414,7 @@ static void cuda_destroy(dd_decoder *d) {
     if (st->h_in) cudaFreeHost(st->h_in);
     if (st->h_out) cudaFreeHost(st->h_out);
     for (int v = 0; v < NPROG; v++) free(st->h_prog[v]);
+    lt_free(st->lt);
     free(st->qkv);
     free(st->bqkv);
     free(st);
@@ -459,6 +440,9 @@ static dd_status run(cu_state *st, int v, int n, const float *hidden, const int3
     CU_TRY(cudaMemcpyAsync(st->d_in, st->h_in, hi_end, cudaMemcpyHostToDevice, 0), err, "input upload");
     CU_TRY(cudaMemcpyAsync(st->d_in + st->off_seeds, st->h_in + st->off_seeds, tail, cudaMemcpyHostToDevice, 0), err,
            "input upload");
+    dd_status ls = DD_OK;
+    if (n <= st->lt_max && lt_can(st->lt, v, n, err, &ls)) return lt_run(st->lt, v, n, s ? s->temperature : 0, s ? s->top_k : 0, err);
+    if (ls) return ls;
     return cu_run_program(&st->sc, st->h_prog[v], st->d_prog[v], st->nprog[v], n, s ? s->temperature : 0,
                           s ? s->top_k : 0, (const uint64_t *)(st->d_in + st->off_seeds),
                           (const uint64_t *)(st->d_in + st->off_frames), 0, 0, err);
@@ -494,6 +478,13 @@ static dd_status cuda_score(dd_decoder *d, int n, const float *hidden, const int
     CU_TRY(cudaMemcpy(logits, st->logits, (size_t)n * (Q - 1) * V * 4, cudaMemcpyDeviceToHost), err, "logits");
     if (logits0) CU_TRY(cudaMemcpy(logits0, st->logits0, (size_t)n * V * 4, cudaMemcpyDeviceToHost), err, "logits0");
     return DD_OK;
+}
+
+/* test hook: batches of at most nmax streams run on the latency executor (0: none; capped at what it supports) */
+extern "C" void dd_cuda_test_crossover(dd_decoder *d, int nmax) {
+    cu_state *st = (cu_state *)d->impl;
+    int cap = lt_max_batch(st->lt);
+    st->lt_max = nmax < cap ? nmax : cap;
 }
 
 extern "C" const dd_backend_vt dd_cuda_backend = {"cuda", cuda_init, cuda_destroy, cuda_decode, cuda_score};

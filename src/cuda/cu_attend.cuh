@@ -53,7 +53,7 @@ __device__ __forceinline__ float cu_ldk(const float *p) {
  * of a lane's key row and of 16 value rows are issued before they are used, so a query costs a few L2 round
  * trips, not one per element. */
 template <bool SM>
-__device__ __noinline__ void cu_attend_query(const cu_attend &A, int s, int i, int h, const float *kb,
+static __device__ __noinline__ void cu_attend_query(const cu_attend &A, int s, int i, int h, const float *kb,
                                              const float *vb, int kst, float *sq, int lane) {
     const int HD = A.HD, qw = (A.H + 2 * A.KVH) * HD, half = HD / 2;
     const int t = s * A.P + i, p = A.p0 + i;
@@ -150,7 +150,7 @@ __host__ __device__ static inline int cu_attend_fast_ok(const cu_attend *A) {
  * way and no warp reads what another warp of the op writes. The warp of the first q head of a kv group appends
  * token (s, i)'s key and value to the cache. A lane's whole key row, and a lane's value columns of every key, are
  * loaded before their first use. Arithmetic and its order are those of cu_attend_query. */
-__device__ __noinline__ void cu_attend_fast(const cu_attend &A, int s, int i, int h, float *ws, int lane) {
+static __device__ __noinline__ void cu_attend_fast(const cu_attend &A, int s, int i, int h, float *ws, int lane) {
     const int HD = A.HD, G = A.H / A.KVH, kh = h / G, kvw = A.KVH * HD, qw = (A.H + 2 * A.KVH) * HD;
     const int p0 = A.p0, p = p0 + i, nk = p + 1;
     const float *tok0 = A.qkv + (size_t)s * A.P * qw; /* token (s, 0) */
@@ -250,7 +250,7 @@ __device__ __noinline__ void cu_attend_fast(const cu_attend &A, int s, int i, in
 }
 
 /* the fast schedule as its own op: query items (stream, position, q head) striped over the blocks first */
-__device__ __noinline__ void cu_attend_op_fast(const cu_attend &A, int n, float *scratch) {
+static __device__ __noinline__ void cu_attend_op_fast(const cu_attend &A, int n, float *scratch) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int items = n * A.P * A.H, ws = cu_attend_fast_floats(&A);
     for (int it = blockIdx.x + gridDim.x * warp; it < items; it += gridDim.x * CU_WARPS) {
@@ -260,7 +260,7 @@ __device__ __noinline__ void cu_attend_op_fast(const cu_attend &A, int n, float 
 }
 
 /* as its own op: warps over (stream, kv head), keys read from the cache */
-__device__ __noinline__ void cu_attend_op(const cu_attend &A, int n, float *scratch /* CU_WARPS x HD floats */) {
+static __device__ __noinline__ void cu_attend_op(const cu_attend &A, int n, float *scratch /* CU_WARPS x HD floats */) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int gw = blockIdx.x * CU_WARPS + warp, GW = gridDim.x * CU_WARPS;
     const int G = A.H / A.KVH, kvw = A.KVH * A.HD;
@@ -278,7 +278,7 @@ __device__ __noinline__ void cu_attend_op(const cu_attend &A, int n, float *scra
 
 /* kv group kh for every stream, by the whole block (the fused schedule): append, then per stream copy the group's
  * keys and values into shared memory with every thread (one round trip) when they fit, and attend from there */
-__device__ __noinline__ void cu_attend_group_block(const cu_attend &A, int n, int kh, float *scratch) {
+static __device__ __noinline__ void cu_attend_group_block(const cu_attend &A, int n, int kh, float *scratch) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, tid = threadIdx.x;
     const int G = A.H / A.KVH, HD = A.HD, kvw = A.KVH * HD, nk = A.p0 + A.P;
     float *sq = scratch + (size_t)warp * HD;

@@ -27,20 +27,26 @@ struct cu_smem {
     uint8_t *misc; /* CU_MISC_BYTES */
 };
 
-/* y[t, j] = act(a + bias) (+ residual) (+ add); SwiGLU: silu(a + bias) * (u + bias2). */
-__device__ __forceinline__ void cu_epilogue(const cu_linear &L, int t, int j, float a, float u) {
-    if (L.bias) a = a + __ldg(L.bias + j);
+/* act(a + bias); SwiGLU: silu(a + bias) * (u + bias2). Shared by every executor's epilogue (same arithmetic). */
+__device__ __forceinline__ float cu_epi_act(int act, const float *bias, const float *bias2, int j, float a, float u) {
+    if (bias) a = a + __ldg(bias + j);
     float h;
-    if (L.act == DD_ACT_GELU) {
+    if (act == DD_ACT_GELU) {
         float e = erff(a * 0.70710678118654752f);
         h = 0.5f * a * (1.0f + e);
-    } else if (L.act == DD_ACT_SWIGLU) {
-        if (L.bias2) u = u + __ldg(L.bias2 + j);
+    } else if (act == DD_ACT_SWIGLU) {
+        if (bias2) u = u + __ldg(bias2 + j);
         float si = a / (1.0f + expf(-a));
         h = si * u;
     } else {
         h = a;
     }
+    return h;
+}
+
+/* y[t, j] = act(a + bias) (+ residual) (+ add); SwiGLU: silu(a + bias) * (u + bias2). */
+__device__ __forceinline__ void cu_epilogue(const cu_linear &L, int t, int j, float a, float u) {
+    float h = cu_epi_act(L.act, L.bias, L.bias2, j, a, u);
     if (L.res) h = h + __ldcg(L.res + (size_t)t * L.ldr + j);
     if (L.add) h = h + __ldcg(L.add + (size_t)t * L.lda + j);
     L.y[(size_t)t * L.ldy + j] = h;
@@ -131,7 +137,7 @@ __device__ __forceinline__ void cu_chunk_small(float (&p)[4], const cu_mat &w, i
  * All threads load (8 loads in flight each, so one L2 round trip), one warp per row computes the statistics (the
  * same lane-strided sums as cu_stage_big, so both schedules normalize identically), all threads pack. */
 template <int WM>
-__device__ __noinline__ void cu_stage_small(const cu_linear &L, int T, const cu_smem &sm) {
+static __device__ __noinline__ void cu_stage_small(const cu_linear &L, int T, const cu_smem &sm) {
     const cu_mat &w = L.w;
     const int K = w.K, Kp = w.KT * 16, SR = cu_act_stride(w.KT), total = T * Kp;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x;
@@ -185,7 +191,7 @@ __device__ __noinline__ void cu_stage_small(const cu_linear &L, int T, const cu_
 
 /* The small schedule. Returns the number of units this block completed (0: the block had none). */
 template <int TYPE, int WM>
-__device__ __noinline__ int cu_linear_small(const cu_linear &L, int T, const cu_smem &sm) {
+static __device__ __noinline__ int cu_linear_small(const cu_linear &L, int T, const cu_smem &sm) {
     const cu_mat &w = L.w;
     const int halves = w.pair ? 2 : 1, U = w.MT / halves;
     int u0, u1;
@@ -244,7 +250,7 @@ __device__ __noinline__ int cu_linear_small(const cu_linear &L, int T, const cu_
 /* Phase 1: every warp of the grid stages whole rows into P.act ([nt][kt][lane] uint4 {hi01, hi89, lo01, lo89})
  * and the group sums into P.asum ([t][NG]). */
 template <int WM>
-__device__ __noinline__ void cu_stage_big(const cu_linear &L, int T, const cu_params &P) {
+static __device__ __noinline__ void cu_stage_big(const cu_linear &L, int T, const cu_params &P) {
     const cu_mat &w = L.w;
     const int K = w.K, KT = w.KT;
     const int lane = threadIdx.x & 31;
@@ -299,7 +305,7 @@ __device__ __forceinline__ void cu_cp_wait(void) { asm volatile("cp.async.wait_g
 
 /* Phase 2: block tiles of CU_BIG_UNITS units x CU_BIG_NT n-tiles; warp (wu, wt) = unit wu x n-tiles 4 wt .. +4. */
 template <int TYPE, int WM, int PAIR>
-__device__ __noinline__ void cu_gemm_big(const cu_linear &L, int T, const cu_params &P, const cu_smem &sm) {
+static __device__ __noinline__ void cu_gemm_big(const cu_linear &L, int T, const cu_params &P, const cu_smem &sm) {
     const cu_mat &w = L.w;
     constexpr int H = PAIR ? 2 : 1;
     const int U = w.MT / H, NT = (T + 7) / 8, KT = w.KT, NC = (KT + CU_CKT - 1) / CU_CKT;
@@ -433,7 +439,7 @@ __device__ __forceinline__ void cu_prefetch_range(const uint8_t *p, size_t bytes
         asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + off), "r"((unsigned)sz) : "memory");
     }
 }
-__device__ void cu_prefetch_linear(const cu_linear &L, int T, int force_big) {
+static __device__ void cu_prefetch_linear(const cu_linear &L, int T, int force_big) {
     if (!cu_lin_small(&L, T, force_big)) return;
     const cu_mat &w = L.w;
     const int halves = w.pair ? 2 : 1;

@@ -54,6 +54,14 @@ struct cu_samp_smem {
     int *ri;
 };
 
+/* The block-wide barrier the sampler synchronises with: the whole CTA (frame kernel), or a named barrier over
+ * the compute threads (threadIdx.x < threads) of a kernel that has other warps besides (the latency executor). */
+struct cu_bar_cta {
+    static constexpr int threads = CU_THREADS;
+    static __device__ __forceinline__ void sync(void) { __syncthreads(); }
+    static __device__ __forceinline__ int sync_or(int v) { return __syncthreads_or(v); }
+};
+
 /* the better of (s, i) and (t, j): larger score, then lower index; index -1 means "none" */
 __device__ __forceinline__ void cu_best(float &s, int &i, float t, int j) {
     if (j < 0) return;
@@ -63,6 +71,7 @@ __device__ __forceinline__ void cu_best(float &s, int &i, float t, int j) {
     }
 }
 
+template <class BAR = cu_bar_cta>
 __device__ __forceinline__ void cu_block_best(float &s, int &i, const cu_samp_smem &S) {
     for (int o = 16; o > 0; o >>= 1) {
         float t = __shfl_xor_sync(0xffffffffu, s, o);
@@ -74,31 +83,31 @@ __device__ __forceinline__ void cu_block_best(float &s, int &i, const cu_samp_sm
         S.rv[warp] = s;
         S.ri[warp] = i;
     }
-    __syncthreads();
+    BAR::sync();
     s = S.rv[0];
     i = S.ri[0];
-    for (int w = 1; w < CU_WARPS; w++) cu_best(s, i, S.rv[w], S.ri[w]);
-    __syncthreads();
+    for (int w = 1; w < BAR::threads / 32; w++) cu_best(s, i, S.rv[w], S.ri[w]);
+    BAR::sync();
 }
 
 /* The SPEC §3 rule on z(0) .. z(V-1) (a loader: shared memory, or global memory through L2). Returns the code, or
  * -1 when no logit is finite. Whole block. */
-template <class LD>
-__device__ int cu_sample_block(LD z, int V, float T, int K, uint64_t seed, uint64_t frame, int level,
+template <class BAR = cu_bar_cta, class LD>
+static __device__ int cu_sample_block(LD z, int V, float T, int K, uint64_t seed, uint64_t frame, int level,
                                const cu_samp_smem &S) {
     const int tid = threadIdx.x;
     int anyf = 0;
-    for (int i = tid; i < V; i += CU_THREADS) anyf |= isfinite(z(i)) ? 1 : 0;
-    if (!__syncthreads_or(anyf)) return -1;
+    for (int i = tid; i < V; i += BAR::threads) anyf |= isfinite(z(i)) ? 1 : 0;
+    if (!BAR::sync_or(anyf)) return -1;
     float bs = -INFINITY;
     int bi = -1;
     if (T == 0.0f) {
-        for (int i = tid; i < V; i += CU_THREADS) {
+        for (int i = tid; i < V; i += BAR::threads) {
             float zi = z(i);
             if (isnan(zi) || zi == -INFINITY) continue;
             cu_best(bs, bi, zi, i);
         }
-        cu_block_best(bs, bi, S);
+        cu_block_best<BAR>(bs, bi, S);
         return bi;
     }
     uint32_t thr = 0;
@@ -106,11 +115,11 @@ __device__ int cu_sample_block(LD z, int V, float T, int K, uint64_t seed, uint6
         uint32_t prefix = 0, mask = 0, k = (uint32_t)K;
 #pragma unroll 1
         for (int shift = 24; shift >= 0; shift -= 8) {
-            for (int b = tid; b < 256; b += CU_THREADS) S.hist[b] = 0;
-            __syncthreads();
+            for (int b = tid; b < 256; b += BAR::threads) S.hist[b] = 0;
+            BAR::sync();
             /* warp-aggregated: one shared atomic per distinct bucket per warp (logits crowd a few buckets) */
 #pragma unroll 1
-            for (int base = 0; base < V; base += CU_THREADS) {
+            for (int base = 0; base < V; base += BAR::threads) {
                 int i = base + tid;
                 uint32_t key = i < V ? cu_order_key(z(i)) : 0u;
                 int valid = i < V && (key & mask) == prefix;
@@ -118,7 +127,7 @@ __device__ int cu_sample_block(LD z, int V, float T, int K, uint64_t seed, uint6
                 unsigned same = __match_any_sync(0xffffffffu, b);
                 if (valid && (tid & 31) == __ffs(same) - 1) atomicAdd(&S.hist[b], (unsigned)__popc(same));
             }
-            __syncthreads();
+            BAR::sync();
             if (tid < 32) {
                 /* lane l holds buckets 8l .. 8l+7; find the bucket holding the k-th largest, as sample.c's walk
                  * from bucket 255 down does */
@@ -144,11 +153,11 @@ __device__ int cu_sample_block(LD z, int V, float T, int K, uint64_t seed, uint6
                     S.sel[1] = (int)kk;
                 }
             }
-            __syncthreads();
+            BAR::sync();
             prefix |= (uint32_t)S.sel[0] << shift;
             mask |= 0xFFu << shift;
             k = (uint32_t)S.sel[1];
-            __syncthreads();
+            BAR::sync();
         }
         thr = prefix;
     }
@@ -157,7 +166,7 @@ __device__ int cu_sample_block(LD z, int V, float T, int K, uint64_t seed, uint6
     /* compact on purpose (the kernel's code is fetched cold at every op): one Philox call per group of 4 with a
      * candidate, one Gumbel evaluation per candidate */
 #pragma unroll 1
-    for (int i4 = tid; 4 * i4 < V; i4 += CU_THREADS) {
+    for (int i4 = tid; 4 * i4 < V; i4 += BAR::threads) {
         unsigned cand = 0;
         float zz[4];
 #pragma unroll
@@ -179,7 +188,7 @@ __device__ int cu_sample_block(LD z, int V, float T, int K, uint64_t seed, uint6
             cu_best(bs, bi, si, 4 * i4 + e);
         }
     }
-    cu_block_best(bs, bi, S);
+    cu_block_best<BAR>(bs, bi, S);
     return bi;
 }
 
@@ -217,7 +226,7 @@ __device__ __forceinline__ float cu_raw_val(const cu_raw &t, int r, int d) {
 /* sample (or take the given code) for stream s and gather its next input; whole block. zs: shared scratch of
  * CU_ACT_BYTES the logits row is copied into when it fits. Returns the code (-1: no finite logit; nothing
  * gathered). */
-__device__ __noinline__ int cu_sample_stream(const cu_sample &S, const cu_params &P, int s, float *zs, const cu_samp_smem &SS) {
+static __device__ __noinline__ int cu_sample_stream(const cu_sample &S, const cu_params &P, int s, float *zs, const cu_samp_smem &SS) {
     int code;
     CU_PROBE_START(pt);
     if (S.forced) {

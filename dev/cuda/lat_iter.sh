@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# One device call while the latency executor (src/cuda/lat.cu) is being built up: build (reusing the carried
+# build-cuda/cuobj when its sources.sha matches), the executor-vs-frame-kernel test, depthdec bench on the SPEC §6
+# batch-1/8 points and a short batch curve, and the PyTorch graph loop in the same call. Logs under $OUT.
+#   OUT=/tmp/x dev/cuda/lat_iter.sh [steps]      steps: any of build quick bench torch tests (default all)
+set -u -o pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/lat_iter}
+mkdir -p "$OUT"
+STEPS=${*:-build quick timeline bench torch tests}
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+export PYTHONUNBUFFERED=1 LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+B=build-cuda
+if [ ! -f /usr/include/cmocka.h ] || [ ! -f /usr/include/jansson.h ]; then
+    for f in .debs/*.deb; do dpkg -x "$f" /; done
+    ldconfig
+fi
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+src_sha() { { cat src/cuda/*.cu src/cuda/*.cuh src/*.h include/depthdec.h; grep -E "NVFLAGS|NVCC|CUDA_ARCH" Makefile; } | sha256sum | cut -d' ' -f1; }
+if has build; then
+    if [ -f $B/cuobj/sources.sha ] && [ "$(cat $B/cuobj/sources.sha)" = "$(src_sha)" ]; then touch $B/cuobj/*.o; echo "reusing CUDA objects"; fi
+    t0=$(date +%s)
+    make CUDA=1 CUDA_ARCH=sm_90 BUILD=$B -j"$(nproc)" >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+    echo "build: $(( $(date +%s) - t0 )) s"
+fi
+export DD_CUDA_TIMEOUT_S=${DD_CUDA_TIMEOUT_S:-3}
+if has quick; then
+    DD_TEST_QUICK=2 DD_TEST_ONLY=test_executors timeout 150 $B/test_cuda >"$OUT/quick.log" 2>&1
+    echo "quick test_executors rc $?"; grep -vE "^\[ (RUN|  *OK) " "$OUT/quick.log" | tail -25
+fi
+if has timeline; then
+    nvcc -O3 -arch=sm_90 -fmad=false --std=c++17 -Iinclude -Isrc -DDD_WITH_CUDA=1 -DDD_WITH_CPU=1 -Xcompiler -fPIC \
+        dev/cuda/lat_timeline.cu $B/libdepthdec.a -ljansson -lm -lcudart -o $B/lat_timeline >"$OUT/tl_build.log" 2>&1 ||
+        { tail -20 "$OUT/tl_build.log"; }
+    for cfg in ${TL_CFGS:-gpt:bf16:1}; do
+        IFS=: read -r m w b <<<"$cfg"
+        timeout 60 $B/lat_timeline $m $w $b 2>&1 | tee -a "$OUT/timeline.md"
+    done
+fi
+if has bench; then
+    : >"$OUT/bench.jsonl"
+    for cfg in ${BENCH_CFGS:-gpt:bf16:1 gpt:q8:1 gpt:q4:1 gpt:bf16:8 csm:bf16:1 csm:q8:1 gpt:bf16:2 gpt:bf16:4 gpt:bf16:16}; do
+        IFS=: read -r m w b <<<"$cfg"
+        if timeout 90 $B/depthdec bench --backend cuda --synthetic $m --weights $w --batch $b --frames ${FRAMES:-50} \
+            --json /tmp/one.json >>"$OUT/bench.log" 2>&1; then
+            cat /tmp/one.json >>"$OUT/bench.jsonl"; echo >>"$OUT/bench.jsonl"
+            python3 -c "import json;r=json.load(open('/tmp/one.json'));print(f\"  {r['model']:4} {r['weights']:5} B={r['batch']:<4} {r['ms_per_frame']:8.3f} ms/frame  {r['stream_frames_per_s']:8.0f} stream-frames/s  floor {r['floor_ms_per_frame']:.3f}\")"
+        else
+            echo "  bench $cfg FAILED"; tail -3 "$OUT/bench.log"
+        fi
+    done
+fi
+if has torch; then
+    for m in ${TORCH_MODELS:-gpt csm}; do
+        $B/depthdec export --synthetic $m --weights bf16 --out /tmp/dd_$m.safetensors >/dev/null 2>&1 &&
+            timeout 200 python3 scripts/bench_torch.py bench /tmp/dd_$m.safetensors --name $m --batch ${TORCH_BATCH:-1} \
+                --frames 20 --json "$OUT/torch.json" 2>&1 | tail -4
+    done
+fi
+if has tests; then
+    for t in ${TESTS:-test_executors test_invariance}; do
+        DD_TEST_QUICK=${TQ:-0} DD_TEST_ONLY=$t timeout ${TT:-240} $B/test_cuda >"$OUT/$t.log" 2>&1
+        echo "$t rc $?"; grep -vE "^\[ (RUN|  *OK) " "$OUT/$t.log" | tail -30
+    done
+fi

@@ -1,0 +1,110 @@
+/* Per-op timeline of the latency executor (lab tool, not part of the library).
+ *
+ * Builds src/cuda/lat.cu with LT_TIMELINE (every SM records each step's end time) into this program, links the
+ * rest of the library, decodes a few warm frames of a synthetic model and then one recorded frame, and prints, per
+ * op kind, how many op instances there are and how much of the frame's critical path they take: an op instance
+ * (pass, op) ends when its last SM finishes it; its share is that end minus the previous instance's end (the
+ * frame's ops form one dependent chain). Also the spread between the first and the last SM to finish each op.
+ *
+ *   nvcc -O3 -arch=sm_90 -fmad=false --std=c++17 -Iinclude -Isrc -DDD_WITH_CUDA=1 -DDD_WITH_CPU=1 \
+ *        dev/cuda/lat_timeline.cu build-cuda/libdepthdec.a -ljansson -lm -o build-cuda/lat_timeline
+ *   build-cuda/lat_timeline gpt bf16 1 [decode|score]
+ */
+#define LT_TIMELINE 1
+#include "../../src/cuda/lat.cu"
+
+#include <stdio.h>
+#include <map>
+#include <string>
+#include <vector>
+
+int main(int argc, char **argv) {
+    const char *kind = argc > 1 ? argv[1] : "gpt", *wt = argc > 2 ? argv[2] : "bf16";
+    const int n = argc > 3 ? atoi(argv[3]) : 1, score = argc > 4 && !strcmp(argv[4], "score");
+    dd_dtype t = DD_BF16;
+    if (!strcmp(wt, "f32")) t = DD_F32;
+    else if (!strcmp(wt, "f16")) t = DD_F16;
+    else if (!strcmp(wt, "q8")) t = DD_Q8;
+    else if (!strcmp(wt, "q4")) t = DD_Q4;
+    dd_model *m;
+    dd_error e;
+    if (dd_model_synthetic(&m, kind, t, 1, &e)) return fprintf(stderr, "%s\n", e.msg), 1;
+    const dd_config *c = dd_model_config(m);
+    dd_decoder_params p = dd_decoder_default_params();
+    p.backend = DD_BACKEND_CUDA;
+    p.max_batch = n;
+    dd_decoder *d;
+    if (dd_decoder_create(&d, m, &p, &e)) return fprintf(stderr, "%s\n", e.msg), 1;
+    const int Q = c->levels, V = c->codebook_size, I = c->input_dim;
+    std::vector<float> h((size_t)n * I), lg((size_t)n * (Q - 1) * V);
+    std::vector<int32_t> codes((size_t)n * Q), c0(n);
+    std::vector<uint64_t> seeds(n), frames(n);
+    for (size_t i = 0; i < h.size(); i++) h[i] = (float)((i * 2654435761u % 1000) / 1000.0 - 0.5);
+    for (int i = 0; i < n; i++) seeds[i] = 7 + i, frames[i] = i, c0[i] = (i * 37) % V;
+    for (int i = 0; i < n * Q; i++) codes[i] = (i * 101) % V;
+    dd_sampling s = dd_sampling_default();
+    auto frame = [&]() {
+        dd_status r = score ? dd_score(d, n, h.data(), codes.data(), lg.data(), NULL, &e)
+                            : dd_decode(d, n, h.data(), c0.data(), seeds.data(), frames.data(), &s, codes.data(), &e);
+        if (r) fprintf(stderr, "frame: %s\n", e.msg), exit(1);
+    };
+    for (int i = 0; i < 5; i++) frame();
+    cu_state *st = (cu_state *)d->impl;
+    const int G = st->lt ? st->lt->G : 0;
+    if (!G) return fprintf(stderr, "no latency executor\n"), 1;
+    u64 *buf;
+    size_t words = (size_t)G * LT_TL_MAX * 2;
+    cudaMalloc(&buf, words * 8);
+    cudaMemset(buf, 0, words * 8);
+    cudaMemcpyToSymbol(lt_tl, &buf, sizeof buf);
+    frame();
+    std::vector<u64> tl(words);
+    cudaMemcpy(tl.data(), buf, words * 8, cudaMemcpyDeviceToHost);
+    u64 *z = NULL;
+    cudaMemcpyToSymbol(lt_tl, &z, sizeof z);
+    const lt_plan &pl = st->lt->plan[score ? PROG_SCORE : PROG_DECODE_C0][n];
+    std::vector<lt_op> ops(pl.nops);
+    cudaMemcpy(ops.data(), pl.ops, pl.nops * sizeof(lt_op), cudaMemcpyDeviceToHost);
+    const int L = c->layers, first_pass = pl.nops - (5 * L + 2);
+    auto label = [&](int op) -> const char * {
+        static const char *names[] = {"qkv (norm1)", "attention", "out (+res)", "fc1 (norm2, act)", "fc2 (+res)"};
+        if (op < first_pass) return "prelude";
+        int j = op - first_pass;
+        if (j < 5 * L) return names[j % 5];
+        return j == 5 * L ? "head (final norm)" : "sample + gather";
+    };
+    /* instances (pass, op) in chain order: max and min end over SMs */
+    std::map<u64, std::pair<u64, u64>> inst;
+    u64 t0 = ~0ull, t1 = 0;
+    for (int g = 0; g < G; g++) {
+        const u64 *b = tl.data() + (size_t)g * LT_TL_MAX * 2;
+        if (b[0] && b[0] < t0) t0 = b[0];
+        for (int k = 1; k < LT_TL_MAX && b[2 * k]; k++) {
+            auto &x = inst[b[2 * k + 1]];
+            if (!x.first || b[2 * k] > x.first) x.first = b[2 * k];
+            if (!x.second || b[2 * k] < x.second) x.second = b[2 * k];
+            if (b[2 * k] > t1) t1 = b[2 * k];
+        }
+    }
+    std::map<std::string, double> crit, spread;
+    std::map<std::string, int> count;
+    std::vector<std::string> order;
+    u64 prev = t0;
+    for (auto &kv : inst) {
+        std::string lb = label((int)(kv.first & 0xFFFFFFFFu));
+        if (!count.count(lb)) order.push_back(lb);
+        count[lb]++;
+        crit[lb] += kv.second.first > prev ? (kv.second.first - prev) * 1e-3 : 0.0;
+        spread[lb] += (kv.second.first - kv.second.second) * 1e-3;
+        if (kv.second.first > prev) prev = kv.second.first;
+    }
+    printf("%s %s batch %d %s: one frame %.1f us (first SM start to last step end), %d SMs\n", kind, wt, n,
+           score ? "score" : "decode", (t1 - t0) * 1e-3, G);
+    printf("| op | count | critical path us | per op us | last-first SM end us |\n|---|---:|---:|---:|---:|\n");
+    for (auto &lb : order)
+        printf("| %s | %d | %.1f | %.2f | %.2f |\n", lb.c_str(), count[lb], crit[lb], crit[lb] / count[lb],
+               spread[lb] / count[lb]);
+    dd_decoder_free(d);
+    dd_model_free(m);
+    return 0;
+}

@@ -1,0 +1,43 @@
+/* The cuda backend's decoder state (backend.cu owns it; the latency executor, lat.cu, reads the weights and
+ * buffers from it). */
+#ifndef DD_CU_STATE_CUH
+#define DD_CU_STATE_CUH
+
+#include "cu_common.cuh"
+
+enum { PROG_DECODE_C0 = 0, PROG_DECODE = 1, PROG_SCORE = 2, PROG_SCORE_L0 = 3, NPROG = 4 };
+
+typedef struct lt_exec lt_exec; /* lat.cu */
+
+typedef struct cu_state {
+    void **allocs;
+    int nallocs;
+    cu_scratch sc;
+    int B;
+    /* weights */
+    cu_mat head0, in_proj, *qkv, *wo, *fc1, *fc2, *heads;
+    float *in_bias, *pos, *norm_w, *norm_b;
+    float **bqkv, **bo, **b1, **b2, **n1w, **n1b, **n2w, **n2b;
+    cu_raw table; /* gather table of code embeddings: native embed, or CSM in(table) (float32) */
+    double *rope;
+    /* activations */
+    float *x, *qkvb, *att, *ff, *logits, *logits0, *kc, *vc;
+    /* packed io: in = hidden | seeds | frames | c0 | codes_in ; out = err[2] | codes */
+    uint8_t *d_in, *h_in, *d_out, *h_out;
+    size_t off_seeds, off_frames, off_c0, off_codes_in, in_bytes;
+    cu_op *h_prog[NPROG], *d_prog[NPROG];
+    int nprog[NPROG];
+    lt_exec *lt; /* the latency executor (small batches), or NULL */
+    int lt_max;  /* batches of at most this many streams run on it (test hook: dd_cuda_test_crossover) */
+} cu_state;
+
+/* lat.cu: the latency executor. lt_create returns DD_OK with *out NULL when the model or device does not suit
+ * it; lt_max_batch says up to which batch it runs; lt_run enqueues one frame (inputs already in st->d_in) on
+ * stream 0. */
+dd_status lt_create(lt_exec **out, cu_state *st, const dd_model *m, dd_error *err);
+void lt_free(lt_exec *x);
+int lt_max_batch(const lt_exec *x);
+int lt_can(lt_exec *x, int variant, int n, dd_error *err, dd_status *s); /* builds the plan on first use */
+dd_status lt_run(lt_exec *x, int variant, int n, float temp, int topk, dd_error *err);
+
+#endif

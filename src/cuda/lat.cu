@@ -1,0 +1,1399 @@
+/* The latency executor: a whole frame for small batches (n <= LT_MAX_N streams) as one persistent kernel without
+ * grid barriers.
+ *
+ * Why: the frame kernel of frame.cu separates its ~680 ops by grid barriers and, inside each op, walks a chain of
+ * dependent L2 round trips (stage x, statistics, normalise, weights, reduce, epilogue); ~16 us an op on the H200
+ * where HBM allows ~1.2 (docs/cuda_results.md). Here:
+ *   - Dataflow instead of barriers. Every activation an op produces is published as an 8-byte word {value, epoch}
+ *     (one store, so value and flag arrive together: NCCL's "LL" idea); a consumer polls exactly the words it
+ *     reads, all of them in flight at once. Epochs only grow (ebase advances by Q per launch; pass l of a launch
+ *     writes ebase + l), so nothing is ever reset between ops or frames.
+ *   - Static work lists. The host splits every op of the frame into per-SM steps once (lt_plan): linears by
+ *     contiguous ranges of units (m-tiles, or gate/up pairs), balanced by weight bytes; attention by (stream, kv
+ *     head); sampling by stream. Each SM walks its list in frame order; a step waits only for its inputs.
+ *   - Weights never wait for activations. A producer warp per SM streams the weight pieces of the SM's coming
+ *     steps into a ring in shared memory (cp.async.bulk + mbarrier expect_tx), L2 policy evict_last for the layer
+ *     weights that fit in L2 (so q4/q8 layers stay resident over the 31 passes) and evict_first for the rest; the
+ *     16 compute warps find a step's weights already on chip when its inputs arrive.
+ *   - Sampling without a hop: the SM that samples a stream also gathers the next input row and publishes it.
+ * Numerics are those of the frame kernel, bit for bit (the same device functions: norm statistics and
+ * normalisation, the bf16 split, the mma.sync term order, chunk partials summed in chunk order, the epilogue, the
+ * attention arithmetic, the sampler), so a stream's logits do not depend on which executor ran it
+ * (tests/test_cuda.c test_executors). */
+#include "cu_attend.cuh"
+#include "cu_linear.cuh"
+#include "cu_sample.cuh"
+#include "cu_state.cuh"
+
+#include <algorithm>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+#define LT_NC 480 /* compute threads (15 warps); a 16th warp streams the weights */
+#define LT_THREADS (LT_NC + 32)
+#define LT_NW (LT_NC / 32)
+#define LT_NSLOT 16 /* weight pieces in flight per SM */
+#define LT_RING_BYTES (93 * 1024)
+#define LT_ACT_BYTES (72 * 1024)
+#define LT_PART_SLOTS 32
+#define LT_ACC_SLOTS 32
+#define LT_RES_FLOATS 2048
+#define LT_ASUM_FLOATS 1024
+#define LT_MISC_BYTES 4096
+#define LT_PIECE_MAX (32 * 1024)
+#define LT_OPS_BYTES 8192   /* the op table, copied to shared memory at the start */
+#define LT_STEPS_BYTES 3072 /* this SM's steps (prelude and one pass) and its pieces' chunk ranges, likewise */
+#define LT_MAX_N 8 /* streams: at most 16 tokens per linear (two n-tiles) */
+#define LT_SMEM                                                                                                    \
+    (LT_RING_BYTES + LT_ACT_BYTES + (LT_PART_SLOTS + LT_ACC_SLOTS) * 512 + LT_RES_FLOATS * 4 + LT_ASUM_FLOATS * 4 +   \
+     LT_MISC_BYTES + LT_OPS_BYTES + LT_STEPS_BYTES)
+static_assert(LT_SMEM <= 227 * 1024, "shared memory");
+
+enum { LT_LIN = 1, LT_ATT = 2, LT_SMP = 3 };
+typedef unsigned long long u64;
+
+/* One op of the frame (the same for every pass; the pass index l is given at run time). The kind's fields share
+ * a union so the table fits in shared memory. */
+typedef struct lt_op {
+    int kind;
+    int tok_n;    /* tokens: n (else n P, P = 2 new positions in pass 1, else 1) */
+    int in_last;  /* token s reads input row s P + P - 1 (the head: last position of each stream) */
+    int in_plain; /* input rows are plain floats (the hidden states), else LL words */
+    const void *in;
+    int ldin;
+    int ldo, out_mul, out_off;
+    u64 *out; /* LL output, row t out_mul + out_off */
+    union {
+        struct { /* linear: y = epilogue(norm(x) W^T) */
+            cu_mat w;
+            const cu_mat *wl; /* per-level matrices (heads): w = wl[l - 1] */
+            const float *bias, *bias2, *nw, *nb;
+            float eps;
+            int norm, act;
+            int whole;  /* the whole input row is staged at once (norm statistics need it) */
+            int keep;   /* weights L2 evict_last (resident over the passes), else evict_first */
+            int ldof, ldr, lda;
+            float *outf; /* plain output (score): row t, + (l - 1) outf_lvl */
+            long long outf_lvl;
+            const u64 *res;   /* residual (LL, rows t) */
+            const float *add; /* learned position (plain), row t lda (lda 0: one row) */
+        };
+        struct { /* attention: in = qkv (LL), out = attention output (LL) */
+            float *kc, *vc;
+            size_t cstride;
+            int H, KVH, HD;
+            const double *rope;
+        };
+        struct { /* sample (or take the given code) and gather the next input row into out */
+            int V, level; /* level < 0: the pass index */
+            int forced, wait_logits, code_is_stream;
+            int ldi, ldco, table_lvl, pos_lvl, D, Q;
+            const int32_t *code_in;
+            int32_t *code_out;
+            cu_raw table;     /* gathered row = code + level V (table_lvl) */
+            const float *pos; /* + level pos_lvl */
+        };
+    };
+} lt_op;
+
+typedef struct lt_step {
+    int op, u0, u1; /* units (linear), items (stream, kv head) (attention), streams (sample) */
+    int pc0, pc1;   /* its weight pieces */
+} lt_step;
+/* A weight piece: chunks [c0, c1) (of CU_CKT k-tiles) of the step's m-tiles, with its copies precomputed: nmt
+ * copies of fbytes from frag + i fstride, then (QINT) nmt of sbytes from sb + i sstride. Head pieces (hl) take
+ * their bases from the level's matrix (P.hbase[2 (l - 1)] + frag offset, ...[+1] + sb offset). */
+typedef struct lt_piece {
+    int step, c0, c1, bytes;
+    int nmt, fbytes, sbytes, keep, hl;
+    long long fstride, sstride;
+    const uint8_t *frag, *sb; /* (offsets when hl) */
+} lt_piece;
+typedef struct lt_sm {
+    int s0, s1, t0, t1; /* prelude steps, pass steps */
+    int p0, p1, q0, q1; /* prelude pieces, pass pieces */
+} lt_sm;
+
+typedef struct lt_params {
+    const lt_op *ops;
+    const lt_step *steps;
+    const lt_piece *pieces;
+    const lt_sm *sms;
+    const uint8_t *const *hbase; /* per level: head frag, head sb */
+    int nops, n, Q;
+    float temp;
+    int topk;
+    const uint64_t *seeds, *frames;
+    unsigned ebase;
+    int *err;
+    u64 timeout_ns;
+} lt_params;
+
+/* ---- device: LL words, waits, barriers ------------------------------------------------------------------ */
+
+__device__ __forceinline__ u64 lt_ld(const u64 *p) {
+    u64 v;
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ void lt_st(u64 *p, float v, unsigned e) {
+    u64 w = ((u64)e << 32) | __float_as_uint(v);
+    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(w));
+}
+__device__ __forceinline__ u64 lt_timer(void) {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+/* a wait that has spun long: give up when another SM flagged an error or after the timeout (flagged here) */
+__device__ __noinline__ int lt_give_up(const lt_params &P, u64 &t0) {
+    if (*(volatile int *)&P.err[0] != CU_ERR_CLEAR) return 1;
+    u64 t = lt_timer();
+    if (!t0) t0 = t;
+    if (t - t0 > P.timeout_ns) {
+        atomicExch(&P.err[0], CU_ERR_TIMEOUT);
+        return 1;
+    }
+    return 0;
+}
+
+/* the named barrier of the compute warps (the producer warp never joins it) */
+struct lt_bar {
+    static constexpr int threads = LT_NC;
+    static __device__ __forceinline__ void sync(void) { asm volatile("bar.sync 1, %0;" ::"n"(LT_NC) : "memory"); }
+    static __device__ __forceinline__ int sync_or(int v) {
+        int r;
+        asm volatile("{ .reg .pred p, q; setp.ne.s32 p, %1, 0; bar.red.or.pred q, 1, %2, p; selp.s32 %0, 1, 0, q; }"
+                     : "=r"(r)
+                     : "r"(v), "n"(LT_NC)
+                     : "memory");
+        return r;
+    }
+};
+
+/* Every compute thread takes elements tid, tid + LT_NC, ... of [0, total) in rounds of 16 words, all in flight at
+ * once; the words of a round that do not carry epoch E yet are re-read together (one round trip per retry, not
+ * one per word), then handed to put(idx, value). addr(idx) == NULL: value 0, nothing read. */
+template <class ADDR, class PUT>
+__device__ __forceinline__ void lt_poll(const lt_params &P, int total, unsigned E, ADDR addr, PUT put) {
+    const int tid = threadIdx.x;
+    for (int base = tid; base < total; base += LT_NC * 16) {
+        u64 w[16];
+#pragma unroll
+        for (int u = 0; u < 16; u++) {
+            int idx = base + u * LT_NC;
+            const u64 *a = idx < total ? addr(idx) : NULL;
+            w[u] = a ? lt_ld(a) : (u64)E << 32;
+        }
+        unsigned spins = 0;
+        u64 t0 = 0;
+        for (;;) {
+            unsigned miss = 0;
+#pragma unroll
+            for (int u = 0; u < 16; u++) miss |= (unsigned)((unsigned)(w[u] >> 32) != E) << u;
+            if (!miss || ((++spins & 255u) == 0 && lt_give_up(P, t0))) break;
+#pragma unroll
+            for (int u = 0; u < 16; u++)
+                if ((miss >> u) & 1u) w[u] = lt_ld(addr(base + u * LT_NC));
+        }
+#pragma unroll
+        for (int u = 0; u < 16; u++) {
+            int idx = base + u * LT_NC;
+            if (idx < total) put(idx, __uint_as_float((unsigned)w[u]));
+        }
+    }
+}
+
+__device__ __forceinline__ uint32_t lt_smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void lt_mbar_init(u64 *b, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(lt_smem_addr(b)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void lt_mbar_wait(u64 *b, unsigned parity) {
+    const uint32_t a = lt_smem_addr(b);
+    uint32_t ok;
+    do {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(ok)
+                     : "r"(a), "r"(parity)
+                     : "memory");
+    } while (!ok);
+}
+__device__ __forceinline__ void lt_mbar_arrive(u64 *b) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(lt_smem_addr(b)) : "memory");
+}
+__device__ __forceinline__ void lt_mbar_expect(u64 *b, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(lt_smem_addr(b)), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void lt_bulk(void *dst, const void *src, unsigned bytes, u64 *bar, u64 policy) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, "
+                 "[%3], %4;" ::"r"(lt_smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(lt_smem_addr(bar)), "l"(policy)
+                 : "memory");
+}
+
+/* shared memory of one SM */
+struct lt_smem {
+    uint8_t *ring;
+    uint32_t *act;
+    float4 *part, *acc;
+    float *res, *asum;
+    u64 *full, *empty;
+    volatile int *slot_off;
+    float *stats; /* mean[16], rstd[16] */
+    uint8_t *ops, *steps;
+    const int2 *pcs; /* chunk ranges of this SM's pieces, by absolute piece index */
+    cu_samp_smem ss;
+};
+
+/* ---- producer: the SM's weight pieces, in the order its steps consume them --------------------------------- */
+
+__device__ __forceinline__ int lt_piece_at(const lt_sm &me, int v, int &l) {
+    const int npre = me.p1 - me.p0, npass = me.q1 - me.q0;
+    if (v < npre) {
+        l = 1;
+        return me.p0 + v;
+    }
+    l = 1 + (v - npre) / npass;
+    return me.q0 + (v - npre) % npass;
+}
+
+__device__ void lt_producer(const lt_params &P, const lt_sm &me, const lt_smem &S) {
+    const int npre = me.p1 - me.p0, npass = me.q1 - me.q0;
+    const int total = npre + (npass > 0 ? npass * (P.Q - 1) : 0);
+    u64 keep, drop;
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(keep));
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(drop));
+    int foff[LT_NSLOT];
+    int done = 0, head = 0; /* pieces known consumed; next free byte */
+    auto consumed = [&](int k) { /* wait until piece k is consumed */
+        while (done <= k) {
+            lt_mbar_wait(&S.empty[done % LT_NSLOT], (unsigned)(done / LT_NSLOT) & 1u);
+            done++;
+        }
+    };
+    int lnx = 1;
+    lt_piece nx;
+    if (total > 0) nx = P.pieces[lt_piece_at(me, 0, lnx)];
+    for (int v = 0; v < total; v++) {
+        const lt_piece pc = nx;
+        const int l = lnx;
+        if (v + 1 < total) nx = P.pieces[lt_piece_at(me, v + 1, lnx)]; /* in flight while this one waits */
+        const uint8_t *frag = pc.frag, *sb = pc.sb;
+        if (pc.hl) {
+            frag = P.hbase[2 * (l - 1)] + (size_t)pc.frag;
+            sb = P.hbase[2 * (l - 1) + 1] + (size_t)pc.sb;
+        }
+        const int bytes = pc.bytes;
+        if (v >= LT_NSLOT) consumed(v - LT_NSLOT);
+        int off;
+        for (;;) { /* a FIFO ring of variable-size pieces */
+            if (done == v) {
+                off = 0;
+                break;
+            }
+            const int tail = foff[done % LT_NSLOT];
+            if (head > tail) {
+                if (head + bytes <= LT_RING_BYTES) {
+                    off = head;
+                    break;
+                }
+                if (bytes <= tail) {
+                    off = 0;
+                    break;
+                }
+            } else if (head < tail && head + bytes <= tail) {
+                off = head;
+                break;
+            }
+            consumed(done);
+        }
+        head = off + bytes;
+        const int slot = v % LT_NSLOT;
+        foff[slot] = off;
+        S.slot_off[slot] = off;
+        lt_mbar_expect(&S.full[slot], (unsigned)bytes);
+        const u64 pol = pc.keep ? keep : drop;
+        uint8_t *dst = S.ring + off;
+        for (int i = 0; i < pc.nmt; i++)
+            lt_bulk(dst + (size_t)i * pc.fbytes, frag + (size_t)i * pc.fstride, (unsigned)pc.fbytes, &S.full[slot], pol);
+        dst += (size_t)pc.nmt * pc.fbytes;
+        for (int i = 0; i < pc.nmt && pc.sbytes; i++)
+            lt_bulk(dst + (size_t)i * pc.sbytes, sb + (size_t)i * pc.sstride, (unsigned)pc.sbytes, &S.full[slot], pol);
+    }
+}
+
+/* ---- linear ------------------------------------------------------------------------------------------------ */
+
+template <int TYPE>
+__device__ __forceinline__ void lt_load_raw(cu_raw_frag &r, const uint8_t *tile, int lane) {
+    if (TYPE == DD_BF16 || TYPE == DD_F16) {
+        r.a = *(const uint4 *)(tile + lane * 16);
+    } else if (TYPE == DD_F32) {
+        r.a = *(const uint4 *)(tile + lane * 32);
+        r.b = *(const uint4 *)(tile + lane * 32 + 16);
+    } else if (TYPE == DD_Q8) {
+        uint2 v = *(const uint2 *)(tile + lane * 8);
+        r.a.x = v.x;
+        r.a.y = v.y;
+    } else {
+        r.a.x = *(const uint32_t *)(tile + lane * 4);
+    }
+}
+
+__device__ __forceinline__ float lt_sbv(const uint8_t *p, int sbtype) {
+    if (sbtype == DD_F32) return *(const float *)p;
+    unsigned short h = *(const unsigned short *)p;
+    if (sbtype == DD_F16) return __half2float(__ushort_as_half(h));
+    return __uint_as_float((uint32_t)h << 16);
+}
+
+/* The partial of chunk (m-tile mt, k-tiles kt0 .. kt0 + nkt) for one n-tile, as cu_chunk_small computes it, with
+ * the weights in shared memory: wt = the chunk's first tile (tiles tile_bytes apart), sbp = the (s, b) rows of its
+ * first group (QINT), brow = this lane's activation row at the chunk's first column, tv = tokens valid in the
+ * n-tile, as0/as1 = group sums of this lane's two tokens (QINT, groups from the chunk's first, stride 1). */
+template <int TYPE, int WM>
+__device__ __forceinline__ void lt_chunk(float (&p)[4], const cu_mat &w, int mt, int kt0, int nkt, const uint8_t *wt,
+                                         const uint8_t *sbp, const uint32_t *brow, bool gv, const float *as0,
+                                         const float *as1, int lane) {
+    const int g = lane >> 2;
+    constexpr bool FAST = WM == WM_BF16 || WM == WM_F16 || WM == WM_QINT;
+    cu_raw_frag raw[FAST ? CU_CKT : 1];
+    if (FAST) {
+#pragma unroll
+        for (int i = 0; i < CU_CKT; i++)
+            if (i < nkt) lt_load_raw<TYPE>(raw[FAST ? i : 0], wt + (size_t)i * w.tile_bytes, lane);
+    }
+    float d[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+    float ga[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+    const int gkt = WM == WM_QINT ? w.group / 16 : 1;
+    constexpr int UNR = FAST ? CU_CKT : 1;
+#pragma unroll(UNR)
+    for (int i = 0; i < CU_CKT; i++) {
+        if (i < nkt) {
+            if (!FAST) lt_load_raw<TYPE>(raw[0], wt + (size_t)i * w.tile_bytes, lane);
+            uint32_t b[1][4] = {{0u, 0u, 0u, 0u}};
+            if (gv) {
+                uint2 l0 = *(const uint2 *)(brow + i * 16), l8 = *(const uint2 *)(brow + i * 16 + 8);
+                b[0][0] = cu_hi_pair(l0.x, l0.y);
+                b[0][1] = cu_hi_pair(l8.x, l8.y);
+                b[0][2] = cu_lo_pair(l0.x, l0.y);
+                b[0][3] = cu_lo_pair(l8.x, l8.y);
+            }
+            cu_afrag A;
+            cu_make_a<TYPE, WM>(A, raw[FAST ? i : 0], w, mt, kt0 + i, lane);
+            if (WM == WM_QINT) {
+                if (i % gkt == 0) ga[0][0] = ga[0][1] = ga[0][2] = ga[0][3] = 0.0f;
+                cu_ktile<WM, 1>(ga, A, b);
+                if ((i + 1) % gkt == 0) {
+                    const int gl = i / gkt, es = w.sb_bytes / 2;
+                    const uint8_t *q0 = sbp + ((size_t)gl * 16 + g) * w.sb_bytes, *q1 = q0 + 8 * w.sb_bytes;
+                    float s0 = lt_sbv(q0, w.sbtype), b0 = lt_sbv(q0 + es, w.sbtype);
+                    float s1 = lt_sbv(q1, w.sbtype), b1 = lt_sbv(q1 + es, w.sbtype);
+                    float a0 = as0 ? as0[gl] : 0.0f, a1 = as1 ? as1[gl] : 0.0f;
+                    d[0][0] = d[0][0] + s0 * ga[0][0];
+                    d[0][0] = d[0][0] + b0 * a0;
+                    d[0][1] = d[0][1] + s0 * ga[0][1];
+                    d[0][1] = d[0][1] + b0 * a1;
+                    d[0][2] = d[0][2] + s1 * ga[0][2];
+                    d[0][2] = d[0][2] + b1 * a0;
+                    d[0][3] = d[0][3] + s1 * ga[0][3];
+                    d[0][3] = d[0][3] + b1 * a1;
+                }
+            } else {
+                cu_ktile<WM, 1>(d, A, b);
+            }
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < 4; e++) p[e] = d[0][e];
+}
+
+__device__ __forceinline__ int lt_sr(int nkt) { return cu_act_stride(nkt); }
+
+/* Stage k-tiles [kt0, kt1) of the T input rows into act (packed hi/lo words, row stride lt_sr(kt1 - kt0)), with
+ * the norm prologue when norm (then kt0 == 0 and the window is the whole row) and, for QINT, the window's group
+ * sums into asum [t][group]. The arithmetic is cu_stage_small's. */
+template <int WM>
+__device__ __noinline__ void lt_stage(const lt_params &P, const lt_op &op, const cu_mat &w, int T, int Pp, int kt0,
+                                      int kt1, unsigned E, const lt_smem &S) {
+    const int K = w.K, kb = kt0 * 16, nc = (kt1 - kt0) * 16, SR = lt_sr(kt1 - kt0), total = T * nc;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    float *actf = (float *)S.act;
+    auto row_of = [&](int t) { return op.in_last ? t * Pp + Pp - 1 : t; };
+    if (op.in_plain) {
+        const float *x = (const float *)op.in;
+        for (int base = tid; base < total; base += LT_NC * 8) {
+            float v[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                int idx = base + u * LT_NC, t = idx / nc, k = kb + idx - t * nc;
+                v[u] = idx < total && k < K ? __ldcg(x + (size_t)row_of(t) * op.ldin + k) : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                int idx = base + u * LT_NC, t = idx / nc;
+                if (idx < total) actf[(size_t)t * SR + idx - t * nc] = v[u];
+            }
+        }
+    } else {
+        const u64 *x = (const u64 *)op.in;
+        lt_poll(
+            P, total, E,
+            [&](int idx) -> const u64 * {
+                int t = idx / nc, k = kb + idx - t * nc;
+                return k < K ? x + (size_t)row_of(t) * op.ldin + k : (const u64 *)NULL;
+            },
+            [&](int idx, float v) {
+                int t = idx / nc;
+                actf[(size_t)t * SR + idx - t * nc] = v;
+            });
+    }
+    lt_bar::sync();
+    const int norm = op.norm;
+    float *smean = S.stats, *srstd = S.stats + 16;
+    if (norm != DD_NORM_NONE) {
+        for (int t = warp; t < T; t += LT_NW) {
+            const float *row = actf + (size_t)t * SR;
+            float mean, rstd;
+            cu_row_stats([&](int k) { return row[k]; }, K, norm, op.eps, lane, mean, rstd);
+            if (lane == 0) {
+                smean[t] = mean;
+                srstd[t] = rstd;
+            }
+        }
+        lt_bar::sync();
+    }
+    for (int idx = tid; idx < total; idx += LT_NC) {
+        int t = idx / nc, kk = idx - t * nc, k = kb + kk;
+        uint32_t *row = S.act + (size_t)t * SR;
+        float v = ((const float *)row)[kk];
+        float mean = norm != DD_NORM_NONE ? smean[t] : 0.0f, rstd = norm != DD_NORM_NONE ? srstd[t] : 1.0f;
+        row[kk] = k < K ? cu_split_pack(cu_norm_val(v, k, norm, mean, rstd, op.nw, op.nb)) : 0u;
+    }
+    if (WM == WM_QINT) {
+        lt_bar::sync();
+        const int ng = (min(kb + nc, K) - kb) / w.group;
+        for (int it = warp; it < T * ng; it += LT_NW) {
+            int t = it / ng, gl = it % ng;
+            const uint32_t *row = S.act + (size_t)t * SR + (size_t)gl * w.group;
+            float s = cu_group_sum([&](int k) { return row[k]; }, w.group, lane);
+            if (lane == 0) S.asum[t * ng + gl] = s;
+        }
+    }
+    lt_bar::sync();
+}
+
+template <int TYPE, int WM>
+__device__ __noinline__ void lt_linear(const lt_params &P, const lt_op &op, const lt_step &st, int l, int &v,
+                                       const lt_smem &S) {
+    const int Pp = l == 1 ? 2 : 1, T = op.tok_n ? P.n : P.n * Pp, NTG = (T + 7) >> 3;
+    const cu_mat w = op.wl ? op.wl[l - 1] : op.w;
+    const int halves = w.pair ? 2 : 1, nu = st.u1 - st.u0, nmt = nu * halves, KT = w.KT;
+    const unsigned E = P.ebase + (unsigned)l;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, cq = lane & 3;
+    if (op.res) { /* the residual rows of this step's outputs (long published: one round trip) */
+        const int nr = nu * 16;
+        lt_poll(
+            P, T * nr, E,
+            [&](int idx) -> const u64 * {
+                int t = idx / nr, j = st.u0 * 16 + idx - t * nr;
+                return j < w.N ? op.res + (size_t)t * op.ldr + j : (const u64 *)NULL;
+            },
+            [&](int idx, float x) { S.res[idx] = x; });
+    }
+    if (op.whole) lt_stage<WM>(P, op, w, T, Pp, 0, KT, E, S);
+    for (int pc = st.pc0; pc < st.pc1; pc++) {
+        const int2 piece = S.pcs[pc];
+        const int c0 = piece.x, nc = piece.y - piece.x;
+        const int kt0 = c0 * CU_CKT, kt1 = min(piece.y * CU_CKT, KT), nktp = kt1 - kt0;
+        if (!op.whole) lt_stage<WM>(P, op, w, T, Pp, kt0, kt1, E, S);
+        const int kw0 = op.whole ? 0 : kt0, SR = lt_sr(op.whole ? KT : nktp);
+        const int gw0 = WM == WM_QINT ? kw0 * 16 / w.group : 0;
+        const int ngw = WM == WM_QINT ? (min((op.whole ? KT : kt1) * 16, w.K) - kw0 * 16) / w.group : 0;
+        const int gp0 = WM == WM_QINT ? kt0 * 16 / w.group : 0;
+        const int ngp = WM == WM_QINT ? (min(kt1 * 16, w.K) - kt0 * 16) / w.group : 0;
+        const int slot = v % LT_NSLOT;
+        lt_mbar_wait(&S.full[slot], (unsigned)(v / LT_NSLOT) & 1u);
+        const uint8_t *wbase = S.ring + S.slot_off[slot];
+        const uint8_t *sbase = wbase + (size_t)nmt * nktp * w.tile_bytes;
+        const int items = nmt * nc * NTG;
+        for (int it = warp; it < items; it += LT_NW) {
+            const int nt = it % NTG, r = it / NTG, ci = r % nc, mtl = r / nc;
+            const int ktc = (c0 + ci) * CU_CKT, nkt = min(CU_CKT, KT - ktc);
+            const int t0 = nt * 8 + g, ta = nt * 8 + 2 * cq;
+            const uint32_t *brow = S.act + (size_t)min(t0, T - 1) * SR + (ktc - kw0) * 16 + 2 * cq;
+            const uint8_t *sbp = NULL;
+            const float *as0 = NULL, *as1 = NULL;
+            if (WM == WM_QINT) {
+                const int gc = ktc * 16 / w.group;
+                sbp = sbase + ((size_t)mtl * ngp + (gc - gp0)) * 16 * w.sb_bytes;
+                if (ta < T) as0 = S.asum + ta * ngw + (gc - gw0);
+                if (ta + 1 < T) as1 = S.asum + (ta + 1) * ngw + (gc - gw0);
+            }
+            float p[4];
+            lt_chunk<TYPE, WM>(p, w, st.u0 * halves + mtl, ktc, nkt, wbase + ((size_t)mtl * nktp + (ktc - kt0)) * w.tile_bytes,
+                               sbp, brow, t0 < T, as0, as1, lane);
+            S.part[it * 32 + lane] = make_float4(p[0], p[1], p[2], p[3]);
+        }
+        lt_bar::sync();
+        for (int idx = tid; idx < nmt * NTG * 32; idx += LT_NC) {
+            const int ln = idx & 31, q = idx >> 5, nt = q % NTG, mtl = q / NTG;
+            float4 a = c0 == 0 ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : S.acc[idx];
+            for (int ci = 0; ci < nc; ci++) {
+                float4 b = S.part[((mtl * nc + ci) * NTG + nt) * 32 + ln];
+                a.x = a.x + b.x;
+                a.y = a.y + b.y;
+                a.z = a.z + b.z;
+                a.w = a.w + b.w;
+            }
+            S.acc[idx] = a;
+        }
+        lt_bar::sync();
+        if (tid == 0) lt_mbar_arrive(&S.empty[slot]);
+        v++;
+    }
+    const int nr = nu * 16;
+    for (int idx = tid; idx < nr * T; idx += LT_NC) {
+        const int r = idx & 15, t = (idx >> 4) % T, ul = idx / (16 * T), j = (st.u0 + ul) * 16 + r;
+        if (j >= w.N) continue;
+        const int nt = t >> 3, tt = t & 7, ln = (r & 7) * 4 + (tt >> 1), e = ((r >> 3) << 1) | (tt & 1);
+        const float a = ((const float *)&S.acc[((ul * halves) * NTG + nt) * 32 + ln])[e];
+        const float u = w.pair ? ((const float *)&S.acc[((ul * halves + 1) * NTG + nt) * 32 + ln])[e] : 0.0f;
+        float h = cu_epi_act(op.act, op.bias, op.bias2, j, a, u);
+        if (op.res) h = h + S.res[t * nr + ul * 16 + r];
+        if (op.add) h = h + __ldg(op.add + (size_t)t * op.lda + j);
+        if (op.out) lt_st(op.out + (size_t)(t * op.out_mul + op.out_off) * op.ldo + j, h, E);
+        if (op.outf) op.outf[(size_t)t * op.ldof + (size_t)(l - 1) * op.outf_lvl + j] = h;
+    }
+    lt_bar::sync();
+}
+
+/* ---- attention: one (stream, kv head) item, the arithmetic of cu_attend_fast ------------------------------- */
+
+__device__ __noinline__ void lt_attend(const lt_params &P, const lt_op &op, const lt_step &st, int l,
+                                       const lt_smem &S) {
+    const int Pp = l == 1 ? 2 : 1, p0 = l == 1 ? 0 : l;
+    const int HD = op.HD, H = op.H, KVH = op.KVH, G = H / KVH, kvw = KVH * HD, half = HD / 2;
+    const unsigned E = P.ebase + (unsigned)l;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    float *SK = (float *)S.act, *SV = SK + (size_t)p0 * HD, *SQ = SV + (size_t)p0 * HD, *SKN = SQ + (size_t)Pp * G * HD,
+          *SVN = SKN + (size_t)Pp * HD;
+    const u64 *qkv = (const u64 *)op.in;
+    for (int it = st.u0; it < st.u1; it++) {
+        const int s = it / KVH, kg = it % KVH;
+        const float *kc = op.kc + (size_t)s * op.cstride + (size_t)kg * HD;
+        const float *vc = op.vc + (size_t)s * op.cstride + (size_t)kg * HD;
+        /* earlier positions from the cache (written by this SM in earlier passes) while the new q/k/v arrive */
+        for (int base = tid; base < p0 * HD; base += LT_NC * 4) {
+            float a[4], b[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                int idx = base + u * LT_NC, j = idx / HD, d = idx - j * HD;
+                a[u] = idx < p0 * HD ? __ldcg(kc + (size_t)j * kvw + d) : 0.0f;
+                b[u] = idx < p0 * HD ? __ldcg(vc + (size_t)j * kvw + d) : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                int idx = base + u * LT_NC;
+                if (idx < p0 * HD) {
+                    SK[idx] = a[u];
+                    SV[idx] = b[u];
+                }
+            }
+        }
+        const int nq = Pp * G * HD, total = nq + 2 * Pp * HD;
+        lt_poll(
+            P, total, E,
+            [&](int idx) -> const u64 * {
+                int i, col;
+                if (idx < nq) {
+                    i = idx / (G * HD);
+                    col = kg * G * HD + idx - i * G * HD;
+                } else if (idx < nq + Pp * HD) {
+                    int r = idx - nq;
+                    i = r / HD;
+                    col = (H + kg) * HD + r - i * HD;
+                } else {
+                    int r = idx - nq - Pp * HD;
+                    i = r / HD;
+                    col = (H + KVH + kg) * HD + r - i * HD;
+                }
+                return qkv + (size_t)(s * Pp + i) * op.ldin + col;
+            },
+            [&](int idx, float x) { SQ[idx] = x; }); /* SQ, SKN, SVN are contiguous */
+        lt_bar::sync();
+        if (op.rope) { /* q rows (position p0 + i), then the new k rows, rotated in place as cu_rot_row does */
+            const int rows = Pp * G + Pp;
+            for (int idx = tid; idx < rows * half; idx += LT_NC) {
+                const int r = idx / half, j = idx - r * half;
+                const int p = p0 + (r < Pp * G ? r / G : r - Pp * G);
+                float *row = SQ + (size_t)r * HD;
+                float o0, o1;
+                cu_rope_pair(op.rope, HD, p, j, row[j], row[j + half], o0, o1);
+                row[j] = o0;
+                row[j + half] = o1;
+            }
+            lt_bar::sync();
+        }
+        for (int idx = tid; idx < Pp * HD; idx += LT_NC) { /* append (keys stored rotated) */
+            const int i = idx / HD, d = idx - i * HD;
+            op.kc[(size_t)s * op.cstride + (size_t)(p0 + i) * kvw + (size_t)kg * HD + d] = SKN[idx];
+            op.vc[(size_t)s * op.cstride + (size_t)(p0 + i) * kvw + (size_t)kg * HD + d] = SVN[idx];
+        }
+        const float scale = sqrtf((float)HD);
+        for (int q = warp; q < Pp * G; q += LT_NW) {
+            const int i = q / G, hq = q - i * G, p = p0 + i, nk = p + 1;
+            const float *sq = SQ + (size_t)q * HD;
+            float sc[2] = {-INFINITY, -INFINITY};
+#pragma unroll 1
+            for (int r = 0; r < 2; r++) {
+                const int j = lane + 32 * r;
+                if (j < nk) {
+                    const float *kr = j < p0 ? SK + (size_t)j * HD : SKN + (size_t)(j - p0) * HD;
+                    float d = 0.0f;
+#pragma unroll 4
+                    for (int e = 0; e < HD; e++) d = d + sq[e] * kr[e];
+                    sc[r] = d / scale;
+                }
+            }
+            float m = fmaxf(sc[0], sc[1]);
+            for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+            float e0 = lane < nk ? expf(sc[0] - m) : 0.0f, e1 = lane + 32 < nk ? expf(sc[1] - m) : 0.0f;
+            float sum = e0 + e1;
+            for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            float w0 = e0 / sum, w1 = e1 / sum;
+            u64 *out = op.out + (size_t)(s * Pp + i) * op.ldo + (size_t)(kg * G + hq) * HD;
+#pragma unroll 1
+            for (int d0 = 0; d0 < HD; d0 += 64) {
+                const int da = d0 + lane, db = d0 + 32 + lane;
+                float oa = 0.0f, ob = 0.0f;
+#pragma unroll 1
+                for (int j = 0; j < nk; j++) {
+                    const float wj = __shfl_sync(0xffffffffu, j < 32 ? w0 : w1, j & 31);
+                    const float *vr = j < p0 ? SV + (size_t)j * HD : SVN + (size_t)(j - p0) * HD;
+                    const float va = da < HD ? vr[da] : 0.0f, vb = db < HD ? vr[db] : 0.0f;
+                    oa = oa + wj * va;
+                    ob = ob + wj * vb;
+                }
+                if (da < HD) lt_st(out + da, oa, E);
+                if (db < HD) lt_st(out + db, ob, E);
+            }
+        }
+        lt_bar::sync();
+    }
+}
+
+/* ---- sampling (or the given code) and the gather of the next input row ----------------------------------- */
+
+__device__ __noinline__ void lt_sample(const lt_params &P, const lt_op &op, const lt_step &st, int l,
+                                       const lt_smem &S) {
+    const int lv = op.level >= 0 ? op.level : l;
+    const unsigned E = P.ebase + (unsigned)l, Eo = P.ebase + (unsigned)lv + 1u;
+    float *zs = (float *)S.act;
+    const u64 *lg = (const u64 *)op.in;
+    for (int s = st.u0; s < st.u1; s++) {
+        if (!op.forced || op.wait_logits)
+            lt_poll(
+                P, op.V, E, [&](int i) { return lg + (size_t)s * op.ldin + i; }, [&](int i, float x) { zs[i] = x; });
+        int code;
+        if (op.forced) {
+            code = op.code_is_stream ? s : __ldcg(op.code_in + (size_t)s * op.ldi + lv);
+        } else {
+            lt_bar::sync();
+            uint64_t seed = P.seeds ? P.seeds[s] : 0, frame = P.frames ? P.frames[s] : 0;
+            code = cu_sample_block<lt_bar>([zs](int i) { return zs[i]; }, op.V, P.temp, P.topk, seed, frame, lv, S.ss);
+        }
+        if (threadIdx.x == 0) {
+            if (code < 0) atomicMin(&P.err[1], (s << 8) | lv);
+            if (op.code_out) op.code_out[(size_t)s * op.ldco + lv] = code;
+        }
+        if (op.out && lv < op.Q - 1) {
+            const int r = code + (op.table_lvl ? lv * op.V : 0);
+            u64 *dst = op.out + (size_t)(s * op.out_mul + op.out_off) * op.ldo;
+            const float *pos = op.pos ? op.pos + (size_t)lv * op.pos_lvl : NULL;
+            for (int d = threadIdx.x; d < op.D; d += LT_NC) {
+                float x = code >= 0 ? cu_raw_val(op.table, r, d) : 0.0f;
+                if (pos) x = x + __ldg(pos + d);
+                lt_st(dst + d, x, Eo);
+            }
+        }
+        lt_bar::sync();
+    }
+}
+
+#ifdef LT_TIMELINE
+#define LT_TL_MAX 4096
+__device__ u64 *lt_tl; /* [grid][LT_TL_MAX][2]: (end time, pass << 32 | op) of each step; entry 0: the start */
+#endif
+
+/* ---- the kernel ------------------------------------------------------------------------------------------ */
+
+__device__ __noinline__ void lt_run_linear(const lt_params &P, const lt_op &op, const lt_step &st, int l, int &v,
+                                           const lt_smem &S) {
+    switch (op.w.wm) {
+    case WM_BF16: lt_linear<DD_BF16, WM_BF16>(P, op, st, l, v, S); break;
+    case WM_F16: lt_linear<DD_F16, WM_F16>(P, op, st, l, v, S); break;
+    case WM_F32: lt_linear<DD_F32, WM_F32>(P, op, st, l, v, S); break;
+    case WM_QINT:
+        if (op.w.type == DD_Q8) lt_linear<DD_Q8, WM_QINT>(P, op, st, l, v, S);
+        else lt_linear<DD_Q4, WM_QINT>(P, op, st, l, v, S);
+        break;
+    default:
+        if (op.w.type == DD_Q8) lt_linear<DD_Q8, WM_QDEQ>(P, op, st, l, v, S);
+        else lt_linear<DD_Q4, WM_QDEQ>(P, op, st, l, v, S);
+        break;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(LT_THREADS, 1) lt_kernel(const __grid_constant__ lt_params P) {
+    extern __shared__ __align__(128) uint8_t smem[];
+    lt_smem S;
+    uint8_t *p = smem;
+    S.ring = p;
+    p += LT_RING_BYTES;
+    S.act = (uint32_t *)p;
+    p += LT_ACT_BYTES;
+    S.part = (float4 *)p;
+    p += LT_PART_SLOTS * 512;
+    S.acc = (float4 *)p;
+    p += LT_ACC_SLOTS * 512;
+    S.res = (float *)p;
+    p += LT_RES_FLOATS * 4;
+    S.asum = (float *)p;
+    p += LT_ASUM_FLOATS * 4;
+    S.ops = p;
+    p += LT_OPS_BYTES;
+    S.steps = p;
+    p += LT_STEPS_BYTES;
+    S.full = (u64 *)p;
+    S.empty = S.full + LT_NSLOT;
+    S.slot_off = (volatile int *)(S.empty + LT_NSLOT);
+    S.stats = (float *)(p + 512);
+    S.ss.hist = (unsigned *)(p + 1024);
+    S.ss.sel = (int *)(p + 2048);
+    S.ss.rv = (float *)(p + 2112);
+    S.ss.ri = (int *)(p + 2240);
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < LT_NSLOT; i++) {
+            lt_mbar_init(&S.full[i], 1);
+            lt_mbar_init(&S.empty[i], 1);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    const lt_sm me = P.sms[blockIdx.x];
+    if (threadIdx.x >= LT_NC) {
+        if (threadIdx.x == LT_NC) lt_producer(P, me, S);
+        return;
+    }
+    /* the op table and this SM's steps into shared memory (one round trip; read at every step after) */
+    lt_op *ops = (lt_op *)S.ops;
+    lt_step *steps = (lt_step *)S.steps;
+    {
+        const int ow = P.nops * (int)(sizeof(lt_op) / 4), np = me.s1 - me.s0, nt = me.t1 - me.t0;
+        const int sw1 = np * (int)(sizeof(lt_step) / 4), sw = (np + nt) * (int)(sizeof(lt_step) / 4);
+        for (int i = threadIdx.x; i < ow + sw; i += LT_NC) {
+            if (i < ow) ((int *)ops)[i] = ((const int *)P.ops)[i];
+            else if (i - ow < sw1) ((int *)steps)[i - ow] = ((const int *)(P.steps + me.s0))[i - ow];
+            else ((int *)steps)[i - ow] = ((const int *)(P.steps + me.t0))[i - ow - sw1];
+        }
+        int2 *pcs = (int2 *)(S.steps + sw * 4);
+        for (int i = threadIdx.x; i < me.q1 - me.p0; i += LT_NC) pcs[i] = make_int2(P.pieces[me.p0 + i].c0, P.pieces[me.p0 + i].c1);
+        S.pcs = pcs - me.p0; /* indexed by absolute piece number */
+        lt_bar::sync();
+    }
+    int v = 0; /* weight pieces consumed */
+#ifdef LT_TIMELINE /* dev/cuda/lat_timeline.cu: each step's end time, per SM */
+    int tk = 0;
+    if (lt_tl && threadIdx.x == 0) lt_tl[(size_t)blockIdx.x * LT_TL_MAX * 2] = lt_timer(), lt_tl[(size_t)blockIdx.x * LT_TL_MAX * 2 + 1] = ~0ull;
+    tk++;
+#endif
+    for (int pass = 0; pass < P.Q; pass++) {
+        const int l = pass == 0 ? 1 : pass, np = me.s1 - me.s0;
+        const int a = pass == 0 ? 0 : np, b = pass == 0 ? np : np + me.t1 - me.t0;
+        for (int si = a; si < b; si++) {
+            const lt_step st = steps[si];
+            const lt_op &op = ops[st.op];
+            if (op.kind == LT_LIN) lt_run_linear(P, op, st, l, v, S);
+            else if (op.kind == LT_ATT) lt_attend(P, op, st, l, S);
+            else lt_sample(P, op, st, l, S);
+#ifdef LT_TIMELINE
+            if (lt_tl && threadIdx.x == 0 && tk < LT_TL_MAX) {
+                u64 *e = lt_tl + ((size_t)blockIdx.x * LT_TL_MAX + tk) * 2;
+                e[0] = lt_timer();
+                e[1] = (u64)pass << 32 | (unsigned)st.op;
+            }
+            tk++;
+#endif
+        }
+    }
+}
+
+/* ---- host: the plan ---------------------------------------------------------------------------------------- */
+
+struct lt_plan {
+    int ok; /* 0 not built yet, 1 does not fit the executor's limits, 2 built */
+    void *mem; /* device: ops | steps | pieces | sms */
+    const lt_op *ops;
+    const lt_step *steps;
+    const lt_piece *pieces;
+    const lt_sm *sms;
+    int nops;
+};
+
+struct lt_exec {
+    cu_state *st;
+    const dd_model *m;
+    int G;
+    u64 *ll;
+    size_t ll_words;
+    u64 *x0, **qkv, **att, **xa, **ff, **xb, *lg, *lg0;
+    int ldx, ldq, lda_, ldf, ldv;
+    cu_mat *d_heads;
+    const uint8_t *const *hbase;
+    unsigned ebase;
+    u64 timeout_ns;
+    double keep_budget; /* bytes of layer weights marked L2-resident */
+    lt_plan plan[NPROG][LT_MAX_N + 1];
+};
+
+namespace {
+
+struct req {
+    int op, U;
+    double unit_bytes;
+    int kind;
+};
+
+/* bytes of chunk c of nmt m-tiles (fragments, and the (s, b) rows of QINT) */
+size_t chunk_bytes(const cu_mat &w, int nmt, int c) {
+    int kt0 = c * CU_CKT, kt1 = std::min(w.KT, kt0 + CU_CKT);
+    size_t b = (size_t)nmt * (kt1 - kt0) * w.tile_bytes;
+    if (w.wm == WM_QINT) b += (size_t)nmt * ((std::min(kt1 * 16, w.K) - kt0 * 16) / w.group) * 16 * w.sb_bytes;
+    return b;
+}
+
+struct builder {
+    lt_exec *x;
+    int G, n, variant;
+    std::vector<lt_op> ops;
+    std::vector<std::vector<lt_step>> pre, pass;
+    std::vector<std::vector<lt_piece>> ppre, ppass;
+    std::vector<double> load;
+    int fail = 0;
+
+    /* units of op `o` (U of them, each unit_bytes) over the SMs: U / G each, the remainder to the least loaded;
+     * contiguous ranges in SM order. Returns [G][2]. */
+    std::vector<std::pair<int, int>> split(int U, double unit_bytes) {
+        std::vector<int> cnt(G, U / G), order(G);
+        for (int i = 0; i < G; i++) order[i] = i;
+        std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return load[a] < load[b]; });
+        for (int i = 0; i < U % G; i++) cnt[order[i]]++;
+        std::vector<std::pair<int, int>> r(G);
+        int cur = 0;
+        for (int i = 0; i < G; i++) {
+            r[i] = {cur, cur + cnt[i]};
+            cur += cnt[i];
+            load[i] += cnt[i] * unit_bytes;
+        }
+        return r;
+    }
+
+    /* weight pieces of a linear step of units [u0, u1); T tokens at most */
+    void pieces(const lt_op &op, const cu_mat &w, int u0, int u1, int T, std::vector<lt_piece> &out, int step) {
+        const int nmt = (u1 - u0) * (w.pair ? 2 : 1), NC = (w.KT + CU_CKT - 1) / CU_CKT, NTG = (T + 7) / 8;
+        if (nmt * NTG > LT_ACC_SLOTS || (w.wm == WM_QINT && (CU_CKT * 16) % w.group) || (op.res && T * (u1 - u0) * 16 > LT_RES_FLOATS)) {
+            fail = 1;
+            return;
+        }
+        if (op.whole) {
+            if ((size_t)T * cu_act_stride(w.KT) * 4 > LT_ACT_BYTES || (w.wm == WM_QINT && T * w.NG > LT_ASUM_FLOATS)) {
+                fail = 1;
+                return;
+            }
+        }
+        for (int c0 = 0; c0 < NC;) {
+            int c1 = c0;
+            size_t bytes = 0;
+            while (c1 < NC) {
+                size_t nb = bytes + chunk_bytes(w, nmt, c1);
+                int nc = c1 + 1 - c0, kt1 = std::min(w.KT, (c1 + 1) * CU_CKT), nkt = kt1 - c0 * CU_CKT;
+                bool ok = nb <= LT_PIECE_MAX && nmt * nc * NTG <= LT_PART_SLOTS;
+                if (!op.whole) {
+                    ok = ok && (size_t)T * cu_act_stride(nkt) * 4 <= LT_ACT_BYTES;
+                    if (w.wm == WM_QINT) ok = ok && T * ((std::min(kt1 * 16, w.K) - c0 * CU_CKT * 16) / w.group) <= LT_ASUM_FLOATS;
+                }
+                if (!ok) break;
+                bytes = nb;
+                c1++;
+            }
+            if (c1 == c0) {
+                fail = 1;
+                return;
+            }
+            lt_piece pc;
+            memset(&pc, 0, sizeof pc);
+            pc.step = step, pc.c0 = c0, pc.c1 = c1, pc.bytes = (int)bytes;
+            const int mt0 = u0 * (w.pair ? 2 : 1), kt0 = c0 * CU_CKT, kt1 = std::min(w.KT, c1 * CU_CKT);
+            pc.nmt = nmt;
+            pc.fbytes = (kt1 - kt0) * w.tile_bytes;
+            pc.fstride = (long long)w.KT * w.tile_bytes;
+            size_t fo = ((size_t)mt0 * w.KT + kt0) * w.tile_bytes, so = 0;
+            if (w.wm == WM_QINT) {
+                const int g0 = kt0 * 16 / w.group, g1 = std::min(kt1 * 16, w.K) / w.group;
+                pc.sbytes = (g1 - g0) * 16 * w.sb_bytes;
+                pc.sstride = (long long)w.NG * 16 * w.sb_bytes;
+                so = ((size_t)mt0 * w.NG + g0) * 16 * w.sb_bytes;
+            }
+            pc.keep = op.keep;
+            pc.hl = op.wl != NULL;
+            pc.frag = pc.hl ? (const uint8_t *)(uintptr_t)fo : w.frag + fo;
+            pc.sb = pc.hl ? (const uint8_t *)(uintptr_t)so : w.sb ? w.sb + so : NULL;
+            out.push_back(pc);
+            c0 = c1;
+        }
+    }
+
+    int add_op(const lt_op &o) {
+        ops.push_back(o);
+        return (int)ops.size() - 1;
+    }
+};
+
+lt_op lin_op(const cu_mat &w, const float *bias, int norm, const float *nw, const float *nb, float eps, int act,
+             const void *in, int ldin, int in_plain, u64 *out, int ldo) {
+    lt_op o;
+    memset(&o, 0, sizeof o);
+    o.kind = LT_LIN;
+    o.w = w;
+    o.bias = bias;
+    o.norm = norm;
+    o.nw = nw;
+    o.nb = norm == DD_NORM_LAYER ? nb : NULL;
+    o.eps = eps;
+    o.act = act;
+    o.in = in;
+    o.ldin = ldin;
+    o.in_plain = in_plain;
+    o.out = out;
+    o.ldo = ldo;
+    o.out_mul = 1;
+    o.whole = norm != DD_NORM_NONE;
+    return o;
+}
+
+} // namespace
+
+static size_t mat_bytes(const cu_mat &w) {
+    return (size_t)w.MT * w.KT * w.tile_bytes + (w.sb ? (size_t)w.MT * w.NG * 16 * w.sb_bytes : 0);
+}
+
+/* Build the plan of (variant, n); x->plan[variant][n].ok says whether it fits the executor's limits. */
+static dd_status build_plan(lt_exec *x, int variant, int n, dd_error *err) {
+    cu_state *st = x->st;
+    const dd_config *c = &x->m->cfg;
+    const int D = c->dim, I = c->input_dim, H = c->heads, KV = c->kv_heads, HD = c->head_dim, V = c->codebook_size,
+              Q = c->levels, L = c->layers, G = x->G;
+    const int gpt = c->block == DD_BLOCK_GPT, nrm = gpt ? DD_NORM_LAYER : DD_NORM_RMS;
+    const float eps = c->norm_eps;
+    const int decode = variant == PROG_DECODE_C0 || variant == PROG_DECODE;
+    const float *hidden = (const float *)st->d_in;
+    int32_t *codes_out = (int32_t *)(st->d_out + 8);
+    const int32_t *codes_in = (const int32_t *)(st->d_in + st->off_codes_in);
+    const int32_t *c0in = (const int32_t *)(st->d_in + st->off_c0);
+    lt_plan *pl = &x->plan[variant][n];
+    builder b;
+    b.x = x;
+    b.G = G;
+    b.n = n;
+    b.variant = variant;
+    b.pre.resize(G);
+    b.pass.resize(G);
+    b.ppre.resize(G);
+    b.ppass.resize(G);
+    b.load.assign(G, 0.0);
+    double kept = 0;
+
+    /* the sample/gather op of level `level` (-1: the pass) */
+    auto smp_op = [&](int level, const u64 *logits, int forced, const int32_t *code_in, int ldi, int32_t *code_out,
+                      int out_mul, int out_off) {
+        lt_op o;
+        memset(&o, 0, sizeof o);
+        o.kind = LT_SMP;
+        o.level = level;
+        o.in = logits;
+        o.ldin = x->ldv;
+        o.V = V;
+        o.forced = forced;
+        o.wait_logits = forced && logits != NULL;
+        o.code_in = code_in;
+        o.ldi = ldi;
+        o.code_out = code_out;
+        o.ldco = Q;
+        o.table = st->table;
+        o.table_lvl = 1;
+        o.pos = st->pos ? st->pos + D : NULL;
+        o.pos_lvl = D;
+        o.out = x->x0;
+        o.ldo = x->ldx;
+        o.out_mul = out_mul;
+        o.out_off = out_off;
+        o.D = D;
+        o.Q = Q;
+        return o;
+    };
+    /* ---- prelude (context: pass 1) ---- */
+    std::vector<int> pre_ops;
+    if (c->has_in_proj) {
+        lt_op o = lin_op(st->in_proj, st->in_bias, DD_NORM_NONE, NULL, NULL, eps, DD_ACT_NONE, hidden, I, 1, x->x0,
+                         x->ldx);
+        o.tok_n = 1;
+        o.out_mul = 2;
+        o.add = st->pos;
+        o.lda = 0;
+        pre_ops.push_back(b.add_op(o));
+    } else {
+        lt_op o = smp_op(0, NULL, 1, NULL, 0, NULL, 2, 0);
+        o.code_is_stream = 1;
+        o.table = (cu_raw){DD_F32, st->B, I, (const uint8_t *)hidden, (size_t)I * 4, NULL, NULL, 0, 0, 0};
+        o.table_lvl = 0;
+        o.pos = st->pos;
+        o.pos_lvl = 0;
+        pre_ops.push_back(b.add_op(o));
+    }
+    if (variant == PROG_DECODE || variant == PROG_SCORE_L0) {
+        lt_op o = lin_op(st->head0, NULL, DD_NORM_NONE, NULL, NULL, eps, DD_ACT_NONE, hidden, I, 1,
+                         variant == PROG_DECODE ? x->lg0 : NULL, x->ldv);
+        o.tok_n = 1;
+        if (variant == PROG_SCORE_L0) {
+            o.outf = st->logits0;
+            o.ldof = V;
+        }
+        pre_ops.push_back(b.add_op(o));
+    }
+    if (variant == PROG_DECODE) pre_ops.push_back(b.add_op(smp_op(0, x->lg0, 0, NULL, 0, codes_out, 2, 1)));
+    else if (variant == PROG_DECODE_C0) pre_ops.push_back(b.add_op(smp_op(0, NULL, 1, c0in, 1, codes_out, 2, 1)));
+    else pre_ops.push_back(b.add_op(smp_op(0, NULL, 1, codes_in, Q, NULL, 2, 1)));
+    /* ---- one pass ---- */
+    std::vector<int> pass_ops;
+    const int kvw = KV * HD;
+    for (int li = 0; li < L; li++) {
+        const u64 *xin = li == 0 ? x->x0 : x->xb[li - 1];
+        lt_op q = lin_op(st->qkv[li], st->bqkv[li], nrm, st->n1w[li], st->n1b[li], eps, DD_ACT_NONE, xin, x->ldx, 0,
+                         x->qkv[li], x->ldq);
+        pass_ops.push_back(b.add_op(q));
+        lt_op a;
+        memset(&a, 0, sizeof a);
+        a.kind = LT_ATT;
+        a.in = x->qkv[li];
+        a.ldin = x->ldq;
+        a.out = x->att[li];
+        a.ldo = x->lda_;
+        a.kc = st->kc + (size_t)li * st->B * Q * kvw;
+        a.vc = st->vc + (size_t)li * st->B * Q * kvw;
+        a.cstride = (size_t)Q * kvw;
+        a.H = H;
+        a.KVH = KV;
+        a.HD = HD;
+        a.rope = st->rope;
+        pass_ops.push_back(b.add_op(a));
+        lt_op o = lin_op(st->wo[li], st->bo[li], DD_NORM_NONE, NULL, NULL, eps, DD_ACT_NONE, x->att[li], x->lda_, 0,
+                         x->xa[li], x->ldx);
+        o.res = xin;
+        o.ldr = x->ldx;
+        pass_ops.push_back(b.add_op(o));
+        lt_op f1 = lin_op(st->fc1[li], st->b1[li], nrm, st->n2w[li], st->n2b[li], eps, gpt ? DD_ACT_GELU : DD_ACT_SWIGLU,
+                          x->xa[li], x->ldx, 0, x->ff[li], x->ldf);
+        pass_ops.push_back(b.add_op(f1));
+        lt_op f2 = lin_op(st->fc2[li], st->b2[li], DD_NORM_NONE, NULL, NULL, eps, DD_ACT_NONE, x->ff[li], x->ldf, 0,
+                          x->xb[li], x->ldx);
+        f2.res = x->xa[li];
+        f2.ldr = x->ldx;
+        pass_ops.push_back(b.add_op(f2));
+    }
+    {
+        lt_op h = lin_op(st->heads[0], NULL, nrm, st->norm_w, st->norm_b, eps, DD_ACT_NONE, x->xb[L - 1], x->ldx, 0,
+                         x->lg, x->ldv);
+        h.wl = x->d_heads;
+        h.tok_n = 1;
+        h.in_last = 1;
+        if (!decode) {
+            h.outf = st->logits;
+            h.ldof = (Q - 1) * V;
+            h.outf_lvl = V;
+        }
+        pass_ops.push_back(b.add_op(h));
+        pass_ops.push_back(b.add_op(decode ? smp_op(-1, x->lg, 0, NULL, 0, codes_out, 1, 0)
+                                           : smp_op(-1, x->lg, 1, codes_in, Q, NULL, 1, 0)));
+    }
+    /* L2 residency: layer weights in op order until the budget is used; heads and prelude weights stream */
+    for (int oi : pass_ops) {
+        lt_op &o = b.ops[oi];
+        if (o.kind != LT_LIN || o.wl) continue;
+        size_t mb = mat_bytes(o.w);
+        if (kept + mb <= x->keep_budget) {
+            o.keep = 1;
+            kept += mb;
+        }
+    }
+    /* ---- assignment: units by weight bytes (largest units first), attention and sampling items on SMs with the
+     * least work, then steps in op order ---- */
+    auto assign = [&](const std::vector<int> &opl, std::vector<std::vector<lt_step>> &steps,
+                      std::vector<std::vector<lt_piece>> &pcs, int T_layer, std::vector<std::vector<lt_step>> *base,
+                      std::vector<std::vector<lt_piece>> *pbase) {
+        const int nop = (int)opl.size();
+        std::vector<std::vector<std::pair<int, int>>> ranges(nop);
+        std::vector<int> order;
+        for (int k = 0; k < nop; k++)
+            if (b.ops[opl[k]].kind == LT_LIN) order.push_back(k);
+        auto ubytes = [&](const lt_op &o) {
+            const cu_mat &w = o.w;
+            return (double)mat_bytes(w) / (w.MT / (w.pair ? 2 : 1));
+        };
+        std::stable_sort(order.begin(), order.end(),
+                         [&](int a, int c) { return ubytes(b.ops[opl[a]]) > ubytes(b.ops[opl[c]]); });
+        for (int k : order) {
+            const lt_op &o = b.ops[opl[k]];
+            ranges[k] = b.split(o.w.MT / (o.w.pair ? 2 : 1), ubytes(o));
+        }
+        for (int k = 0; k < nop; k++) {
+            const lt_op &o = b.ops[opl[k]];
+            if (o.kind == LT_LIN) continue;
+            const int items = o.kind == LT_ATT ? n * o.KVH : n;
+            /* prefer SMs with no units in the next linear (out after attention; nothing after sampling: prefer
+             * SMs without head units), then the least loaded */
+            std::vector<int> busy(G, 0);
+            if (k > 0 && b.ops[opl[k - 1]].kind == LT_LIN)
+                for (int i = 0; i < G; i++) busy[i] += ranges[k - 1][i].second > ranges[k - 1][i].first;
+            if (k + 1 < nop && b.ops[opl[k + 1]].kind == LT_LIN)
+                for (int i = 0; i < G; i++) busy[i] += ranges[k + 1][i].second > ranges[k + 1][i].first;
+            std::vector<int> ord(G);
+            for (int i = 0; i < G; i++) ord[i] = i;
+            std::stable_sort(ord.begin(), ord.end(), [&](int a, int c) {
+                return busy[a] != busy[c] ? busy[a] < busy[c] : b.load[a] < b.load[c];
+            });
+            ranges[k].assign(G, {0, 0});
+            /* item i on SM ord[i % G]: contiguous item ranges per SM when items > G */
+            std::vector<int> cnt(G, 0);
+            for (int i = 0; i < items; i++) cnt[ord[i % G]]++;
+            int cur = 0;
+            for (int i = 0; i < G; i++) {
+                ranges[k][i] = {cur, cur + cnt[i]};
+                cur += cnt[i];
+            }
+        }
+        (void)base;
+        (void)pbase;
+        for (int k = 0; k < nop; k++) {
+            const lt_op &o = b.ops[opl[k]];
+            for (int i = 0; i < G; i++) {
+                auto r = ranges[k][i];
+                if (r.second <= r.first) continue;
+                lt_step s = {opl[k], r.first, r.second, 0, 0};
+                if (o.kind == LT_LIN) {
+                    int T = o.tok_n ? n : T_layer;
+                    s.pc0 = (int)pcs[i].size();
+                    b.pieces(o, o.w, r.first, r.second, T, pcs[i], (int)steps[i].size());
+                    s.pc1 = (int)pcs[i].size();
+                }
+                steps[i].push_back(s);
+            }
+        }
+    };
+    assign(pre_ops, b.pre, b.ppre, n, NULL, NULL);
+    assign(pass_ops, b.pass, b.ppass, 2 * n, NULL, NULL);
+    /* attention scratch and the sampler's logits fit the act area */
+    if ((size_t)((Q - 1) * HD * 2 + 2 * (H / KV) * HD + 4 * HD) * 4 > LT_ACT_BYTES || (size_t)V * 4 > LT_ACT_BYTES ||
+        H / KV * 2 > 64)
+        b.fail = 1;
+    if (b.ops.size() * sizeof(lt_op) > LT_OPS_BYTES) b.fail = 1;
+    for (int i = 0; i < G; i++)
+        if ((b.pre[i].size() + b.pass[i].size()) * sizeof(lt_step) + (b.ppre[i].size() + b.ppass[i].size()) * 8 >
+            LT_STEPS_BYTES)
+            b.fail = 1;
+    if (b.fail || kept < 0) {
+        pl->ok = 1;
+        return DD_OK;
+    }
+    /* flatten: per SM [prelude steps][pass steps], pieces likewise; piece.step and step.pc* made absolute */
+    std::vector<lt_step> steps;
+    std::vector<lt_piece> pcs;
+    std::vector<lt_sm> sms(G);
+    for (int i = 0; i < G; i++) {
+        for (int part = 0; part < 2; part++) {
+            auto &sv = part ? b.pass[i] : b.pre[i];
+            auto &pv = part ? b.ppass[i] : b.ppre[i];
+            const int sbase = (int)steps.size(), pbase = (int)pcs.size();
+            for (auto s : sv) {
+                s.pc0 += pbase;
+                s.pc1 += pbase;
+                steps.push_back(s);
+            }
+            for (auto q : pv) {
+                q.step += sbase;
+                pcs.push_back(q);
+            }
+            if (part) {
+                sms[i].t0 = sbase, sms[i].t1 = (int)steps.size(), sms[i].q0 = pbase, sms[i].q1 = (int)pcs.size();
+            } else {
+                sms[i].s0 = sbase, sms[i].s1 = (int)steps.size(), sms[i].p0 = pbase, sms[i].p1 = (int)pcs.size();
+            }
+        }
+    }
+    const size_t bo = b.ops.size() * sizeof(lt_op), bs = steps.size() * sizeof(lt_step),
+                 bp = std::max<size_t>(1, pcs.size()) * sizeof(lt_piece), bm = sms.size() * sizeof(lt_sm);
+    std::vector<uint8_t> blob(bo + bs + bp + bm, 0);
+    memcpy(blob.data(), b.ops.data(), bo);
+    memcpy(blob.data() + bo, steps.data(), bs);
+    if (!pcs.empty()) memcpy(blob.data() + bo + bs, pcs.data(), pcs.size() * sizeof(lt_piece));
+    memcpy(blob.data() + bo + bs + bp, sms.data(), bm);
+    void *mem;
+    dd_status s = cu_alloc(&mem, blob.size(), &st->allocs, &st->nallocs, err);
+    if (s) return s;
+    CU_TRY(cudaMemcpy(mem, blob.data(), blob.size(), cudaMemcpyHostToDevice), err, "latency plan upload");
+    pl->mem = mem;
+    pl->ops = (const lt_op *)mem;
+    pl->steps = (const lt_step *)((uint8_t *)mem + bo);
+    pl->pieces = (const lt_piece *)((uint8_t *)mem + bo + bs);
+    pl->sms = (const lt_sm *)((uint8_t *)mem + bo + bs + bp);
+    pl->nops = (int)b.ops.size();
+    pl->ok = 2; /* built */
+    return DD_OK;
+}
+
+dd_status lt_create(lt_exec **out, cu_state *st, const dd_model *m, dd_error *err) {
+    *out = NULL;
+    const dd_config *c = &m->cfg;
+    int dev = 0, sms = 0, coop = 0, smem = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) ||
+        cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev) ||
+        cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) || !coop || smem < LT_SMEM) {
+        cudaGetLastError();
+        return DD_OK;
+    }
+    int major = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    if (major < 9) return DD_OK; /* bulk copies and mbarrier transaction counts: sm_90 */
+    if (cudaFuncSetAttribute(lt_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, LT_SMEM) != cudaSuccess) {
+        cudaGetLastError();
+        return DD_OK;
+    }
+    int per = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, lt_kernel, LT_THREADS, LT_SMEM) != cudaSuccess || per < 1) {
+        cudaGetLastError();
+        return DD_OK;
+    }
+    if (c->levels > 64 || c->levels < 2) return DD_OK;
+    lt_exec *x = (lt_exec *)calloc(1, sizeof *x);
+    if (!x) return dd_fail(err, DD_ENOMEM, "backend cuda: out of memory");
+    x->st = st;
+    x->m = m;
+    x->G = sms;
+    x->ebase = 1;
+    const char *t = getenv("DD_CUDA_TIMEOUT_S"); /* slow instrumented runs (compute-sanitizer); default 10 s */
+    double sec = t ? atof(t) : 0;
+    x->timeout_ns = (u64)((sec > 0 ? sec : 10.0) * 1e9);
+    int l2 = 0;
+    cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev);
+    x->keep_budget = 0.75 * l2; /* leave room for the streamed weights, activations and the KV cache */
+    const int D = c->dim, H = c->heads, KV = c->kv_heads, HD = c->head_dim, F = c->ffn_dim, V = c->codebook_size,
+              L = c->layers, NT = 2 * LT_MAX_N;
+    x->ldx = D;
+    x->ldq = (H + 2 * KV) * HD;
+    x->lda_ = H * HD;
+    x->ldf = F;
+    x->ldv = V;
+    x->qkv = (u64 **)calloc((size_t)L * 5, sizeof(u64 *));
+    if (!x->qkv) {
+        free(x);
+        return dd_fail(err, DD_ENOMEM, "backend cuda: out of memory");
+    }
+    x->att = x->qkv + L;
+    x->xa = x->att + L;
+    x->ff = x->xa + L;
+    x->xb = x->ff + L;
+    *out = x; /* from here lt_free cleans up */
+    size_t per_layer = (size_t)NT * (x->ldq + x->lda_ + 2 * x->ldx + x->ldf);
+    x->ll_words = (size_t)NT * x->ldx + (size_t)L * per_layer + 2 * (size_t)LT_MAX_N * V;
+    dd_status s;
+    void *mem;
+    if ((s = cu_alloc(&mem, x->ll_words * 8, &st->allocs, &st->nallocs, err))) return s;
+    x->ll = (u64 *)mem;
+    CU_TRY(cudaMemset(x->ll, 0, x->ll_words * 8), err, "latency executor buffers");
+    u64 *p = x->ll;
+    x->x0 = p;
+    p += (size_t)NT * x->ldx;
+    for (int li = 0; li < L; li++) {
+        x->qkv[li] = p, p += (size_t)NT * x->ldq;
+        x->att[li] = p, p += (size_t)NT * x->lda_;
+        x->xa[li] = p, p += (size_t)NT * x->ldx;
+        x->ff[li] = p, p += (size_t)NT * x->ldf;
+        x->xb[li] = p, p += (size_t)NT * x->ldx;
+    }
+    x->lg = p, p += (size_t)LT_MAX_N * V;
+    x->lg0 = p;
+    if ((s = cu_alloc(&mem, (size_t)(c->levels - 1) * sizeof(cu_mat), &st->allocs, &st->nallocs, err))) return s;
+    x->d_heads = (cu_mat *)mem;
+    CU_TRY(cudaMemcpy(mem, st->heads, (size_t)(c->levels - 1) * sizeof(cu_mat), cudaMemcpyHostToDevice), err,
+           "latency executor heads");
+    std::vector<const uint8_t *> hb(2 * (size_t)(c->levels - 1));
+    for (int l = 0; l < c->levels - 1; l++) hb[2 * l] = st->heads[l].frag, hb[2 * l + 1] = st->heads[l].sb;
+    if ((s = cu_alloc(&mem, hb.size() * sizeof(void *), &st->allocs, &st->nallocs, err))) return s;
+    x->hbase = (const uint8_t *const *)mem;
+    CU_TRY(cudaMemcpy(mem, hb.data(), hb.size() * sizeof(void *), cudaMemcpyHostToDevice), err, "latency executor heads");
+    return DD_OK;
+}
+
+void lt_free(lt_exec *x) {
+    if (!x) return;
+    free(x->qkv);
+    free(x); /* device memory is in the backend's allocation list */
+}
+
+int lt_max_batch(const lt_exec *x) { return x ? LT_MAX_N : 0; }
+
+/* 1 when (variant, n) runs on the latency executor (the plan is built on first use) */
+int lt_can(lt_exec *x, int variant, int n, dd_error *err, dd_status *s) {
+    *s = DD_OK;
+    if (!x || n < 1 || n > LT_MAX_N) return 0;
+    lt_plan *pl = &x->plan[variant][n];
+    if (pl->ok == 0 && (*s = build_plan(x, variant, n, err))) return 0;
+    return pl->ok == 2;
+}
+
+dd_status lt_run(lt_exec *x, int variant, int n, float temp, int topk, dd_error *err) {
+    cu_state *st = x->st;
+    const dd_config *c = &x->m->cfg;
+    const int Q = c->levels;
+    lt_plan *pl = &x->plan[variant][n];
+    if (x->ebase > 0xFFFFFFF0u - 2u * (unsigned)Q) { /* epochs would wrap: start over from clean buffers */
+        CU_TRY(cudaMemsetAsync(x->ll, 0, x->ll_words * 8, 0), err, "latency executor buffers");
+        x->ebase = 1;
+    }
+    lt_params P;
+    memset(&P, 0, sizeof P);
+    P.ops = pl->ops;
+    P.steps = pl->steps;
+    P.pieces = pl->pieces;
+    P.sms = pl->sms;
+    P.hbase = x->hbase;
+    P.nops = pl->nops;
+    P.n = n;
+    P.Q = Q;
+    P.temp = temp;
+    P.topk = topk;
+    P.seeds = (const uint64_t *)(st->d_in + st->off_seeds);
+    P.frames = (const uint64_t *)(st->d_in + st->off_frames);
+    P.ebase = x->ebase;
+    P.err = st->sc.err;
+    P.timeout_ns = x->timeout_ns;
+    CU_TRY(cudaMemsetAsync(st->sc.err, 0x7F, 8, 0), err, "reset error flags");
+    void *args[] = {&P};
+    CU_TRY(cudaLaunchCooperativeKernel((const void *)lt_kernel, dim3(x->G), dim3(LT_THREADS), args, LT_SMEM, 0), err,
+           "launch of the latency kernel");
+    x->ebase += (unsigned)Q;
+    return DD_OK;
+}
