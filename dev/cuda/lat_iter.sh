@@ -29,12 +29,32 @@ if has quick; then
     echo "quick test_executors rc $?"; grep -vE "^\[ (RUN|  *OK) " "$OUT/quick.log" | tail -25
 fi
 if has timeline; then
-    nvcc -O3 -arch=sm_90 -fmad=false --std=c++17 -Iinclude -Isrc -DDD_WITH_CUDA=1 -DDD_WITH_CPU=1 -Xcompiler -fPIC \
-        dev/cuda/lat_timeline.cu $B/libdepthdec.a -ljansson -lm -lcudart -o $B/lat_timeline >"$OUT/tl_build.log" 2>&1 ||
-        { tail -20 "$OUT/tl_build.log"; }
-    for cfg in ${TL_CFGS:-gpt:bf16:1}; do
+    # variants: TL_VARIANTS="name:-DFLAG=1 ..." (lab experiments compiled into the timeline tool only)
+    for var in ${TL_VARIANTS:-base:}; do
+        name=${var%%:*} flags=${var#*:}
+        nvcc -O3 -arch=sm_90 -fmad=false --std=c++17 -lineinfo -Iinclude -Isrc -DDD_WITH_CUDA=1 -DDD_WITH_CPU=1 \
+            -Xcompiler -fPIC $flags dev/cuda/lat_timeline.cu $B/libdepthdec.a -ljansson -lm -lcudart \
+            -o $B/lat_timeline_$name >"$OUT/tl_build_$name.log" 2>&1 || { tail -20 "$OUT/tl_build_$name.log"; } &
+    done
+    wait
+    for var in ${TL_VARIANTS:-base:}; do
+        name=${var%%:*}
+        for cfg in ${TL_CFGS:-gpt:bf16:1}; do
+            IFS=: read -r m w b <<<"$cfg"
+            echo "### variant $name"
+            timeout 60 $B/lat_timeline_$name $m $w $b 2>&1 | tee -a "$OUT/timeline.md"
+        done
+    done
+fi
+if has sass; then # code size of each device function of the latency kernel (instruction-cache footprint)
+    cuobjdump -sass $B/cuobj/lat.o | awk '/Function : /{n=$3} /^ +\/\*[0-9a-f]{4}\*\//{c[n]++} END{for (k in c) printf "%8d B  %s\n", c[k]*16, k}' |
+        sort -n | tail -25 | c++filt | cut -c1-140
+fi
+if has san; then
+    for cfg in ${SAN_CFGS:-csm:bf16:1}; do
         IFS=: read -r m w b <<<"$cfg"
-        timeout 60 $B/lat_timeline $m $w $b 2>&1 | tee -a "$OUT/timeline.md"
+        DD_CUDA_TIMEOUT_S=100 timeout 300 compute-sanitizer --tool memcheck --show-backtrace device $B/lat_timeline_base $m $w $b >"$OUT/san.log" 2>&1
+        echo "sanitizer $cfg rc $?"; grep -vE "^=========     (Host|Device) Frame:.*(libcuda|libcudart)" "$OUT/san.log" | head -40
     done
 fi
 if has bench; then

@@ -53,7 +53,7 @@ int main(int argc, char **argv) {
     const int G = st->lt ? st->lt->G : 0;
     if (!G) return fprintf(stderr, "no latency executor\n"), 1;
     u64 *buf;
-    size_t words = (size_t)G * LT_TL_MAX * 2;
+    size_t words = (size_t)G * LT_TL_MAX * 4;
     cudaMalloc(&buf, words * 8);
     cudaMemset(buf, 0, words * 8);
     cudaMemcpyToSymbol(lt_tl, &buf, sizeof buf);
@@ -75,15 +75,27 @@ int main(int argc, char **argv) {
     };
     /* instances (pass, op) in chain order: max and min end over SMs */
     std::map<u64, std::pair<u64, u64>> inst;
+    std::map<std::string, double> ph_in, ph_w, ph_rest;
+    std::map<std::string, int> ph_n;
     u64 t0 = ~0ull, t1 = 0;
     for (int g = 0; g < G; g++) {
-        const u64 *b = tl.data() + (size_t)g * LT_TL_MAX * 2;
+        const u64 *b = tl.data() + (size_t)g * LT_TL_MAX * 4;
         if (b[0] && b[0] < t0) t0 = b[0];
-        for (int k = 1; k < LT_TL_MAX && b[2 * k]; k++) {
-            auto &x = inst[b[2 * k + 1]];
-            if (!x.first || b[2 * k] > x.first) x.first = b[2 * k];
-            if (!x.second || b[2 * k] < x.second) x.second = b[2 * k];
-            if (b[2 * k] > t1) t1 = b[2 * k];
+        u64 prev_end = b[0];
+        for (int k = 1; k < LT_TL_MAX - 1 && b[4 * k]; k++) {
+            const u64 *r = b + 4 * k;
+            auto &x = inst[r[1]];
+            if (!x.first || r[0] > x.first) x.first = r[0];
+            if (!x.second || r[0] < x.second) x.second = r[0];
+            if (r[0] > t1) t1 = r[0];
+            std::string lb = label((int)(r[1] & 0xFFFFFFFFu));
+            if (r[2] >= prev_end && r[3] >= r[2] && r[0] >= r[3]) { /* this SM: inputs, weights, the rest */
+                ph_in[lb] += (r[2] - prev_end) * 1e-3;
+                ph_w[lb] += (r[3] - r[2]) * 1e-3;
+                ph_rest[lb] += (r[0] - r[3]) * 1e-3;
+                ph_n[lb]++;
+            }
+            prev_end = r[0];
         }
     }
     std::map<std::string, double> crit, spread;
@@ -98,12 +110,20 @@ int main(int argc, char **argv) {
         spread[lb] += (kv.second.first - kv.second.second) * 1e-3;
         if (kv.second.first > prev) prev = kv.second.first;
     }
+    {
+        const u64 *b0 = tl.data(), *bz = tl.data() + (size_t)(LT_TL_MAX - 1) * 4;
+        double mhz = bz[2] > b0[0] ? (double)(bz[3] - b0[2]) / (double)(bz[2] - b0[0]) * 1e3 : 0;
+        printf("SM 0 clock over the frame: %.0f MHz\n", mhz);
+    }
     printf("%s %s batch %d %s: one frame %.1f us (first SM start to last step end), %d SMs\n", kind, wt, n,
            score ? "score" : "decode", (t1 - t0) * 1e-3, G);
-    printf("| op | count | critical path us | per op us | last-first SM end us |\n|---|---:|---:|---:|---:|\n");
-    for (auto &lb : order)
-        printf("| %s | %d | %.1f | %.2f | %.2f |\n", lb.c_str(), count[lb], crit[lb], crit[lb] / count[lb],
-               spread[lb] / count[lb]);
+    printf("| op | count | critical path us | per op us | last-first SM end us | SM step: inputs us | weights us | "
+           "compute+out us |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (auto &lb : order) {
+        int pn = ph_n[lb] ? ph_n[lb] : 1;
+        printf("| %s | %d | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", lb.c_str(), count[lb], crit[lb],
+               crit[lb] / count[lb], spread[lb] / count[lb], ph_in[lb] / pn, ph_w[lb] / pn, ph_rest[lb] / pn);
+    }
     dd_decoder_free(d);
     dd_model_free(m);
     return 0;

@@ -173,39 +173,6 @@ struct lt_bar {
     }
 };
 
-/* Every compute thread takes elements tid, tid + LT_NC, ... of [0, total) in rounds of 16 words, all in flight at
- * once; the words of a round that do not carry epoch E yet are re-read together (one round trip per retry, not
- * one per word), then handed to put(idx, value). addr(idx) == NULL: value 0, nothing read. */
-template <class ADDR, class PUT>
-__device__ __forceinline__ void lt_poll(const lt_params &P, int total, unsigned E, ADDR addr, PUT put) {
-    const int tid = threadIdx.x;
-    for (int base = tid; base < total; base += LT_NC * 16) {
-        u64 w[16];
-#pragma unroll
-        for (int u = 0; u < 16; u++) {
-            int idx = base + u * LT_NC;
-            const u64 *a = idx < total ? addr(idx) : NULL;
-            w[u] = a ? lt_ld(a) : (u64)E << 32;
-        }
-        unsigned spins = 0;
-        u64 t0 = 0;
-        for (;;) {
-            unsigned miss = 0;
-#pragma unroll
-            for (int u = 0; u < 16; u++) miss |= (unsigned)((unsigned)(w[u] >> 32) != E) << u;
-            if (!miss || ((++spins & 255u) == 0 && lt_give_up(P, t0))) break;
-#pragma unroll
-            for (int u = 0; u < 16; u++)
-                if ((miss >> u) & 1u) w[u] = lt_ld(addr(base + u * LT_NC));
-        }
-#pragma unroll
-        for (int u = 0; u < 16; u++) {
-            int idx = base + u * LT_NC;
-            if (idx < total) put(idx, __uint_as_float((unsigned)w[u]));
-        }
-    }
-}
-
 __device__ __forceinline__ uint32_t lt_smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ void lt_mbar_init(u64 *b, unsigned count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(lt_smem_addr(b)), "r"(count) : "memory");
@@ -234,6 +201,18 @@ __device__ __forceinline__ void lt_bulk(void *dst, const void *src, unsigned byt
                  : "memory");
 }
 
+#ifdef LT_TIMELINE /* dev/cuda/lat_timeline.cu */
+#define LT_TL_MAX 4096
+__device__ u64 *lt_tl; /* [grid][LT_TL_MAX][4]: (end, pass << 32 | op, inputs staged, weights ready) per step */
+__shared__ u64 lt_marks[2];
+#define LT_MARK(i)                                                                                                 \
+    do {                                                                                                           \
+        if (threadIdx.x == 0) lt_marks[i] = lt_timer();                                                            \
+    } while (0)
+#else
+#define LT_MARK(i) ((void)0)
+#endif
+
 /* shared memory of one SM */
 struct lt_smem {
     uint8_t *ring;
@@ -245,8 +224,53 @@ struct lt_smem {
     float *stats; /* mean[16], rstd[16] */
     uint8_t *ops, *steps;
     const int2 *pcs; /* chunk ranges of this SM's pieces, by absolute piece index */
+    const u64 **rsrc; /* the poll's runs */
+    float **rdst;
     cu_samp_smem ss;
 };
+
+#define LT_RUNS 64 /* the poll's run table */
+
+/* Wait for and read nruns runs of len LL words (epoch E): run r is rsrc[r][0 .. len) into rdst[r][0 .. len) (shared
+ * memory tables, filled by the caller before a barrier); elements at offsets >= lim are 0 and not read. Every
+ * compute thread takes elements tid, tid + LT_NC, ... in rounds of 8, all in flight at once; the words of a round
+ * that do not carry E yet are re-read together (one round trip per retry). One small function for every poll of
+ * the kernel (the code of a step runs cold: instruction-cache misses cost more than the arithmetic). */
+__device__ __noinline__ void lt_poll_runs(const lt_params &P, unsigned E, int nruns, int len, int lim,
+                                          const lt_smem &S) {
+    const int tid = threadIdx.x, total = nruns * len;
+    for (int base = tid; base < total; base += LT_NC * 8) {
+        u64 w[8];
+        const u64 *a[8];
+        int r = base / len, o = base - r * len;
+        float *d[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int idx = base + u * LT_NC;
+            a[u] = idx < total && o < lim ? S.rsrc[r] + o : NULL;
+            d[u] = idx < total ? S.rdst[r] + o : NULL;
+            w[u] = a[u] ? lt_ld(a[u]) : (u64)E << 32;
+            for (o += LT_NC; o >= len && len > 0; o -= len) r++;
+        }
+        unsigned spins = 0;
+        u64 t0 = 0;
+        for (;;) {
+            unsigned miss = 0;
+#pragma unroll
+            for (int u = 0; u < 8; u++) miss |= (unsigned)((unsigned)(w[u] >> 32) != E) << u;
+            if (!miss || ((++spins & 255u) == 0 && lt_give_up(P, t0))) break;
+#ifdef LT_BACKOFF /* dev experiment: pause between polling rounds */
+            __nanosleep(LT_BACKOFF);
+#endif
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                if ((miss >> u) & 1u) w[u] = lt_ld(a[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            if (d[u]) *d[u] = __uint_as_float((unsigned)w[u]);
+    }
+}
 
 /* ---- producer: the SM's weight pieces, in the order its steps consume them --------------------------------- */
 
@@ -414,47 +438,39 @@ __device__ __forceinline__ void lt_chunk(float (&p)[4], const cu_mat &w, int mt,
 __device__ __forceinline__ int lt_sr(int nkt) { return cu_act_stride(nkt); }
 
 /* Stage k-tiles [kt0, kt1) of the T input rows into act (packed hi/lo words, row stride lt_sr(kt1 - kt0)), with
- * the norm prologue when norm (then kt0 == 0 and the window is the whole row) and, for QINT, the window's group
- * sums into asum [t][group]. The arithmetic is cu_stage_small's. */
-template <int WM>
-__device__ __noinline__ void lt_stage(const lt_params &P, const lt_op &op, const cu_mat &w, int T, int Pp, int kt0,
-                                      int kt1, unsigned E, const lt_smem &S) {
-    const int K = w.K, kb = kt0 * 16, nc = (kt1 - kt0) * 16, SR = lt_sr(kt1 - kt0), total = T * nc;
+ * the norm prologue when norm (then kt0 == 0 and the window is the whole row) and, for QINT (qint), the window's
+ * group sums into asum [t][group]. The arithmetic is cu_stage_small's. One instance for every weight type, loops
+ * kept rolled: this code runs cold at every step, its size is its cost. */
+__device__ __noinline__ void lt_stage(const lt_params &P, const lt_op &op, const cu_mat &w, int qint, int T, int Pp,
+                                      int kt0, int kt1, unsigned E, const lt_smem &S) {
+    const int K = w.K, kb = kt0 * 16, nc = (kt1 - kt0) * 16, SR = lt_sr(kt1 - kt0);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     float *actf = (float *)S.act;
-    auto row_of = [&](int t) { return op.in_last ? t * Pp + Pp - 1 : t; };
-    if (op.in_plain) {
+    const int norm = op.norm;
+    if (norm != DD_NORM_NONE && tid * 32 < K) { /* the norm weights to L1 while the inputs arrive */
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(op.nw + tid * 32));
+        if (op.nb) asm volatile("prefetch.global.L1 [%0];" ::"l"(op.nb + tid * 32));
+    }
+    if (op.in_plain) { /* the hidden states (prelude only) */
         const float *x = (const float *)op.in;
-        for (int base = tid; base < total; base += LT_NC * 8) {
-            float v[8];
-#pragma unroll
-            for (int u = 0; u < 8; u++) {
-                int idx = base + u * LT_NC, t = idx / nc, k = kb + idx - t * nc;
-                v[u] = idx < total && k < K ? __ldcg(x + (size_t)row_of(t) * op.ldin + k) : 0.0f;
-            }
-#pragma unroll
-            for (int u = 0; u < 8; u++) {
-                int idx = base + u * LT_NC, t = idx / nc;
-                if (idx < total) actf[(size_t)t * SR + idx - t * nc] = v[u];
-            }
-        }
+#pragma unroll 1
+        for (int t = 0; t < T; t++)
+#pragma unroll 1
+            for (int kk = tid; kk < nc; kk += LT_NC)
+                actf[(size_t)t * SR + kk] = kb + kk < K ? __ldcg(x + (size_t)t * op.ldin + kb + kk) : 0.0f;
     } else {
         const u64 *x = (const u64 *)op.in;
-        lt_poll(
-            P, total, E,
-            [&](int idx) -> const u64 * {
-                int t = idx / nc, k = kb + idx - t * nc;
-                return k < K ? x + (size_t)row_of(t) * op.ldin + k : (const u64 *)NULL;
-            },
-            [&](int idx, float v) {
-                int t = idx / nc;
-                actf[(size_t)t * SR + idx - t * nc] = v;
-            });
+        for (int t = tid; t < T; t += LT_NC) {
+            S.rsrc[t] = x + (size_t)(op.in_last ? t * Pp + Pp - 1 : t) * op.ldin + kb;
+            S.rdst[t] = actf + (size_t)t * SR;
+        }
+        lt_bar::sync();
+        lt_poll_runs(P, E, T, nc, K - kb, S);
     }
     lt_bar::sync();
-    const int norm = op.norm;
     float *smean = S.stats, *srstd = S.stats + 16;
     if (norm != DD_NORM_NONE) {
+#pragma unroll 1
         for (int t = warp; t < T; t += LT_NW) {
             const float *row = actf + (size_t)t * SR;
             float mean, rstd;
@@ -466,18 +482,23 @@ __device__ __noinline__ void lt_stage(const lt_params &P, const lt_op &op, const
         }
         lt_bar::sync();
     }
-    for (int idx = tid; idx < total; idx += LT_NC) {
-        int t = idx / nc, kk = idx - t * nc, k = kb + kk;
+#pragma unroll 1
+    for (int t = 0; t < T; t++) {
         uint32_t *row = S.act + (size_t)t * SR;
-        float v = ((const float *)row)[kk];
-        float mean = norm != DD_NORM_NONE ? smean[t] : 0.0f, rstd = norm != DD_NORM_NONE ? srstd[t] : 1.0f;
-        row[kk] = k < K ? cu_split_pack(cu_norm_val(v, k, norm, mean, rstd, op.nw, op.nb)) : 0u;
+        const float mean = norm != DD_NORM_NONE ? smean[t] : 0.0f, rstd = norm != DD_NORM_NONE ? srstd[t] : 1.0f;
+#pragma unroll 1
+        for (int kk = tid; kk < nc; kk += LT_NC) {
+            const int k = kb + kk;
+            row[kk] = k < K ? cu_split_pack(cu_norm_val(((const float *)row)[kk], k, norm, mean, rstd, op.nw, op.nb))
+                            : 0u;
+        }
     }
-    if (WM == WM_QINT) {
+    if (qint) {
         lt_bar::sync();
         const int ng = (min(kb + nc, K) - kb) / w.group;
+#pragma unroll 1
         for (int it = warp; it < T * ng; it += LT_NW) {
-            int t = it / ng, gl = it % ng;
+            int t = it / ng, gl = it - t * ng;
             const uint32_t *row = S.act + (size_t)t * SR + (size_t)gl * w.group;
             float s = cu_group_sum([&](int k) { return row[k]; }, w.group, lane);
             if (lane == 0) S.asum[t * ng + gl] = s;
@@ -494,22 +515,27 @@ __device__ __noinline__ void lt_linear(const lt_params &P, const lt_op &op, cons
     const int halves = w.pair ? 2 : 1, nu = st.u1 - st.u0, nmt = nu * halves, KT = w.KT;
     const unsigned E = P.ebase + (unsigned)l;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, cq = lane & 3;
+    if (tid < nu * 16 && (tid & 31) == 0) { /* bias (and position) rows of the outputs to L1 */
+        if (op.bias) asm volatile("prefetch.global.L1 [%0];" ::"l"(op.bias + st.u0 * 16 + tid));
+        if (op.add) asm volatile("prefetch.global.L1 [%0];" ::"l"(op.add + st.u0 * 16 + tid));
+    }
     if (op.res) { /* the residual rows of this step's outputs (long published: one round trip) */
         const int nr = nu * 16;
-        lt_poll(
-            P, T * nr, E,
-            [&](int idx) -> const u64 * {
-                int t = idx / nr, j = st.u0 * 16 + idx - t * nr;
-                return j < w.N ? op.res + (size_t)t * op.ldr + j : (const u64 *)NULL;
-            },
-            [&](int idx, float x) { S.res[idx] = x; });
+        for (int t = tid; t < T; t += LT_NC) {
+            S.rsrc[t] = op.res + (size_t)t * op.ldr + st.u0 * 16;
+            S.rdst[t] = S.res + t * nr;
+        }
+        lt_bar::sync();
+        lt_poll_runs(P, E, T, nr, w.N - st.u0 * 16, S);
+        lt_bar::sync();
     }
-    if (op.whole) lt_stage<WM>(P, op, w, T, Pp, 0, KT, E, S);
+    if (op.whole) lt_stage(P, op, w, WM == WM_QINT, T, Pp, 0, KT, E, S);
+    LT_MARK(0);
     for (int pc = st.pc0; pc < st.pc1; pc++) {
         const int2 piece = S.pcs[pc];
         const int c0 = piece.x, nc = piece.y - piece.x;
         const int kt0 = c0 * CU_CKT, kt1 = min(piece.y * CU_CKT, KT), nktp = kt1 - kt0;
-        if (!op.whole) lt_stage<WM>(P, op, w, T, Pp, kt0, kt1, E, S);
+        if (!op.whole) lt_stage(P, op, w, WM == WM_QINT, T, Pp, kt0, kt1, E, S);
         const int kw0 = op.whole ? 0 : kt0, SR = lt_sr(op.whole ? KT : nktp);
         const int gw0 = WM == WM_QINT ? kw0 * 16 / w.group : 0;
         const int ngw = WM == WM_QINT ? (min((op.whole ? KT : kt1) * 16, w.K) - kw0 * 16) / w.group : 0;
@@ -517,11 +543,13 @@ __device__ __noinline__ void lt_linear(const lt_params &P, const lt_op &op, cons
         const int ngp = WM == WM_QINT ? (min(kt1 * 16, w.K) - kt0 * 16) / w.group : 0;
         const int slot = v % LT_NSLOT;
         lt_mbar_wait(&S.full[slot], (unsigned)(v / LT_NSLOT) & 1u);
+        if (pc == st.pc0) LT_MARK(1);
         const uint8_t *wbase = S.ring + S.slot_off[slot];
         const uint8_t *sbase = wbase + (size_t)nmt * nktp * w.tile_bytes;
         const int items = nmt * nc * NTG;
+#pragma unroll 1
         for (int it = warp; it < items; it += LT_NW) {
-            const int nt = it % NTG, r = it / NTG, ci = r % nc, mtl = r / nc;
+            const int nt = NTG == 1 ? 0 : it & 1, r = NTG == 1 ? it : it >> 1, mtl = r / nc, ci = r - mtl * nc;
             const int ktc = (c0 + ci) * CU_CKT, nkt = min(CU_CKT, KT - ktc);
             const int t0 = nt * 8 + g, ta = nt * 8 + 2 * cq;
             const uint32_t *brow = S.act + (size_t)min(t0, T - 1) * SR + (ktc - kw0) * 16 + 2 * cq;
@@ -539,9 +567,11 @@ __device__ __noinline__ void lt_linear(const lt_params &P, const lt_op &op, cons
             S.part[it * 32 + lane] = make_float4(p[0], p[1], p[2], p[3]);
         }
         lt_bar::sync();
+#pragma unroll 1
         for (int idx = tid; idx < nmt * NTG * 32; idx += LT_NC) {
-            const int ln = idx & 31, q = idx >> 5, nt = q % NTG, mtl = q / NTG;
+            const int ln = idx & 31, q = idx >> 5, nt = NTG == 1 ? 0 : q & 1, mtl = NTG == 1 ? q : q >> 1;
             float4 a = c0 == 0 ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : S.acc[idx];
+#pragma unroll 1
             for (int ci = 0; ci < nc; ci++) {
                 float4 b = S.part[((mtl * nc + ci) * NTG + nt) * 32 + ln];
                 a.x = a.x + b.x;
@@ -556,8 +586,9 @@ __device__ __noinline__ void lt_linear(const lt_params &P, const lt_op &op, cons
         v++;
     }
     const int nr = nu * 16;
+#pragma unroll 1
     for (int idx = tid; idx < nr * T; idx += LT_NC) {
-        const int r = idx & 15, t = (idx >> 4) % T, ul = idx / (16 * T), j = (st.u0 + ul) * 16 + r;
+        const int r = idx & 15, q = idx >> 4, ul = q / T, t = q - ul * T, j = (st.u0 + ul) * 16 + r;
         if (j >= w.N) continue;
         const int nt = t >> 3, tt = t & 7, ln = (r & 7) * 4 + (tt >> 1), e = ((r >> 3) << 1) | (tt & 1);
         const float a = ((const float *)&S.acc[((ul * halves) * NTG + nt) * 32 + ln])[e];
@@ -587,46 +618,33 @@ __device__ __noinline__ void lt_attend(const lt_params &P, const lt_op &op, cons
         const float *kc = op.kc + (size_t)s * op.cstride + (size_t)kg * HD;
         const float *vc = op.vc + (size_t)s * op.cstride + (size_t)kg * HD;
         /* earlier positions from the cache (written by this SM in earlier passes) while the new q/k/v arrive */
-        for (int base = tid; base < p0 * HD; base += LT_NC * 4) {
-            float a[4], b[4];
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                int idx = base + u * LT_NC, j = idx / HD, d = idx - j * HD;
-                a[u] = idx < p0 * HD ? __ldcg(kc + (size_t)j * kvw + d) : 0.0f;
-                b[u] = idx < p0 * HD ? __ldcg(vc + (size_t)j * kvw + d) : 0.0f;
-            }
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                int idx = base + u * LT_NC;
-                if (idx < p0 * HD) {
-                    SK[idx] = a[u];
-                    SV[idx] = b[u];
+        { /* rows jj, jj + rpt, ...: one division per thread */
+            const int rpt = LT_NC / HD, jj = tid / HD, d = tid - jj * HD;
+            if (jj < rpt) {
+#pragma unroll 4
+                for (int j = jj; j < p0; j += rpt) {
+                    SK[(size_t)j * HD + d] = __ldcg(kc + (size_t)j * kvw + d);
+                    SV[(size_t)j * HD + d] = __ldcg(vc + (size_t)j * kvw + d);
                 }
             }
         }
-        const int nq = Pp * G * HD, total = nq + 2 * Pp * HD;
-        lt_poll(
-            P, total, E,
-            [&](int idx) -> const u64 * {
-                int i, col;
-                if (idx < nq) {
-                    i = idx / (G * HD);
-                    col = kg * G * HD + idx - i * G * HD;
-                } else if (idx < nq + Pp * HD) {
-                    int r = idx - nq;
-                    i = r / HD;
-                    col = (H + kg) * HD + r - i * HD;
-                } else {
-                    int r = idx - nq - Pp * HD;
-                    i = r / HD;
-                    col = (H + KVH + kg) * HD + r - i * HD;
-                }
-                return qkv + (size_t)(s * Pp + i) * op.ldin + col;
-            },
-            [&](int idx, float x) { SQ[idx] = x; }); /* SQ, SKN, SVN are contiguous */
+        const int nrun = Pp * (G + 2); /* q heads of the group per position, then k, then v: SQ, SKN, SVN */
+        for (int r = tid; r < nrun; r += LT_NC) {
+            int i, col;
+            if (r < Pp * G) i = r / G, col = (kg * G + r % G) * HD;
+            else if (r < Pp * G + Pp) i = r - Pp * G, col = (H + kg) * HD;
+            else i = r - Pp * G - Pp, col = (H + KVH + kg) * HD;
+            S.rsrc[r] = qkv + (size_t)(s * Pp + i) * op.ldin + col;
+            S.rdst[r] = SQ + (size_t)r * HD;
+        }
         lt_bar::sync();
+        lt_poll_runs(P, E, nrun, HD, HD, S);
+        lt_bar::sync();
+        LT_MARK(0);
+        LT_MARK(1);
         if (op.rope) { /* q rows (position p0 + i), then the new k rows, rotated in place as cu_rot_row does */
             const int rows = Pp * G + Pp;
+#pragma unroll 1
             for (int idx = tid; idx < rows * half; idx += LT_NC) {
                 const int r = idx / half, j = idx - r * half;
                 const int p = p0 + (r < Pp * G ? r / G : r - Pp * G);
@@ -638,12 +656,14 @@ __device__ __noinline__ void lt_attend(const lt_params &P, const lt_op &op, cons
             }
             lt_bar::sync();
         }
+#pragma unroll 1
         for (int idx = tid; idx < Pp * HD; idx += LT_NC) { /* append (keys stored rotated) */
             const int i = idx / HD, d = idx - i * HD;
             op.kc[(size_t)s * op.cstride + (size_t)(p0 + i) * kvw + (size_t)kg * HD + d] = SKN[idx];
             op.vc[(size_t)s * op.cstride + (size_t)(p0 + i) * kvw + (size_t)kg * HD + d] = SVN[idx];
         }
         const float scale = sqrtf((float)HD);
+#pragma unroll 1
         for (int q = warp; q < Pp * G; q += LT_NW) {
             const int i = q / G, hq = q - i * G, p = p0 + i, nk = p + 1;
             const float *sq = SQ + (size_t)q * HD;
@@ -660,9 +680,11 @@ __device__ __noinline__ void lt_attend(const lt_params &P, const lt_op &op, cons
                 }
             }
             float m = fmaxf(sc[0], sc[1]);
+#pragma unroll 1
             for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
             float e0 = lane < nk ? expf(sc[0] - m) : 0.0f, e1 = lane + 32 < nk ? expf(sc[1] - m) : 0.0f;
             float sum = e0 + e1;
+#pragma unroll 1
             for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
             float w0 = e0 / sum, w1 = e1 / sum;
             u64 *out = op.out + (size_t)(s * Pp + i) * op.ldo + (size_t)(kg * G + hq) * HD;
@@ -695,9 +717,15 @@ __device__ __noinline__ void lt_sample(const lt_params &P, const lt_op &op, cons
     float *zs = (float *)S.act;
     const u64 *lg = (const u64 *)op.in;
     for (int s = st.u0; s < st.u1; s++) {
-        if (!op.forced || op.wait_logits)
-            lt_poll(
-                P, op.V, E, [&](int i) { return lg + (size_t)s * op.ldin + i; }, [&](int i, float x) { zs[i] = x; });
+        if (!op.forced || op.wait_logits) {
+            if (threadIdx.x == 0) {
+                S.rsrc[0] = lg + (size_t)s * op.ldin;
+                S.rdst[0] = zs;
+            }
+            lt_bar::sync();
+            lt_poll_runs(P, E, 1, op.V, op.V, S);
+        }
+        LT_MARK(0);
         int code;
         if (op.forced) {
             code = op.code_is_stream ? s : __ldcg(op.code_in + (size_t)s * op.ldi + lv);
@@ -706,6 +734,7 @@ __device__ __noinline__ void lt_sample(const lt_params &P, const lt_op &op, cons
             uint64_t seed = P.seeds ? P.seeds[s] : 0, frame = P.frames ? P.frames[s] : 0;
             code = cu_sample_block<lt_bar>([zs](int i) { return zs[i]; }, op.V, P.temp, P.topk, seed, frame, lv, S.ss);
         }
+        LT_MARK(1);
         if (threadIdx.x == 0) {
             if (code < 0) atomicMin(&P.err[1], (s << 8) | lv);
             if (op.code_out) op.code_out[(size_t)s * op.ldco + lv] = code;
@@ -723,11 +752,6 @@ __device__ __noinline__ void lt_sample(const lt_params &P, const lt_op &op, cons
         lt_bar::sync();
     }
 }
-
-#ifdef LT_TIMELINE
-#define LT_TL_MAX 4096
-__device__ u64 *lt_tl; /* [grid][LT_TL_MAX][2]: (end time, pass << 32 | op) of each step; entry 0: the start */
-#endif
 
 /* ---- the kernel ------------------------------------------------------------------------------------------ */
 
@@ -776,6 +800,8 @@ extern "C" __global__ void __launch_bounds__(LT_THREADS, 1) lt_kernel(const __gr
     S.ss.sel = (int *)(p + 2048);
     S.ss.rv = (float *)(p + 2112);
     S.ss.ri = (int *)(p + 2240);
+    S.rsrc = (const u64 **)(p + 2560);
+    S.rdst = (float **)(p + 2560 + LT_RUNS * 8);
     if (threadIdx.x == 0) {
         for (int i = 0; i < LT_NSLOT; i++) {
             lt_mbar_init(&S.full[i], 1);
@@ -800,7 +826,7 @@ extern "C" __global__ void __launch_bounds__(LT_THREADS, 1) lt_kernel(const __gr
             else if (i - ow < sw1) ((int *)steps)[i - ow] = ((const int *)(P.steps + me.s0))[i - ow];
             else ((int *)steps)[i - ow] = ((const int *)(P.steps + me.t0))[i - ow - sw1];
         }
-        int2 *pcs = (int2 *)(S.steps + sw * 4);
+        int2 *pcs = (int2 *)(S.steps + ((sw * 4 + 7) & ~7));
         for (int i = threadIdx.x; i < me.q1 - me.p0; i += LT_NC) pcs[i] = make_int2(P.pieces[me.p0 + i].c0, P.pieces[me.p0 + i].c1);
         S.pcs = pcs - me.p0; /* indexed by absolute piece number */
         lt_bar::sync();
@@ -808,7 +834,10 @@ extern "C" __global__ void __launch_bounds__(LT_THREADS, 1) lt_kernel(const __gr
     int v = 0; /* weight pieces consumed */
 #ifdef LT_TIMELINE /* dev/cuda/lat_timeline.cu: each step's end time, per SM */
     int tk = 0;
-    if (lt_tl && threadIdx.x == 0) lt_tl[(size_t)blockIdx.x * LT_TL_MAX * 2] = lt_timer(), lt_tl[(size_t)blockIdx.x * LT_TL_MAX * 2 + 1] = ~0ull;
+    if (lt_tl && threadIdx.x == 0) {
+        u64 *e = lt_tl + (size_t)blockIdx.x * LT_TL_MAX * 4;
+        e[0] = lt_timer(), e[1] = ~0ull, e[2] = clock64();
+    }
     tk++;
 #endif
     for (int pass = 0; pass < P.Q; pass++) {
@@ -820,16 +849,28 @@ extern "C" __global__ void __launch_bounds__(LT_THREADS, 1) lt_kernel(const __gr
             if (op.kind == LT_LIN) lt_run_linear(P, op, st, l, v, S);
             else if (op.kind == LT_ATT) lt_attend(P, op, st, l, S);
             else lt_sample(P, op, st, l, S);
+#ifdef LT_TWICE /* dev experiment: attention and sampling steps again (idempotent), warm; the timeline sees this run */
+            if (op.kind == LT_ATT) lt_attend(P, op, st, l, S);
+            else if (op.kind == LT_SMP) lt_sample(P, op, st, l, S);
+#endif
 #ifdef LT_TIMELINE
-            if (lt_tl && threadIdx.x == 0 && tk < LT_TL_MAX) {
-                u64 *e = lt_tl + ((size_t)blockIdx.x * LT_TL_MAX + tk) * 2;
+            if (lt_tl && threadIdx.x == 0 && tk < LT_TL_MAX - 1) {
+                u64 *e = lt_tl + ((size_t)blockIdx.x * LT_TL_MAX + tk) * 4;
                 e[0] = lt_timer();
                 e[1] = (u64)pass << 32 | (unsigned)st.op;
+                e[2] = lt_marks[0];
+                e[3] = lt_marks[1];
             }
             tk++;
 #endif
         }
     }
+#ifdef LT_TIMELINE
+    if (lt_tl && threadIdx.x == 0) {
+        u64 *e = lt_tl + ((size_t)blockIdx.x * LT_TL_MAX + LT_TL_MAX - 1) * 4;
+        e[2] = lt_timer(), e[3] = clock64();
+    }
+#endif
 }
 
 /* ---- host: the plan ---------------------------------------------------------------------------------------- */
@@ -1207,11 +1248,11 @@ static dd_status build_plan(lt_exec *x, int variant, int n, dd_error *err) {
     assign(pass_ops, b.pass, b.ppass, 2 * n, NULL, NULL);
     /* attention scratch and the sampler's logits fit the act area */
     if ((size_t)((Q - 1) * HD * 2 + 2 * (H / KV) * HD + 4 * HD) * 4 > LT_ACT_BYTES || (size_t)V * 4 > LT_ACT_BYTES ||
-        H / KV * 2 > 64)
+        2 * (H / KV + 2) > LT_RUNS || 2 * LT_MAX_N > LT_RUNS)
         b.fail = 1;
     if (b.ops.size() * sizeof(lt_op) > LT_OPS_BYTES) b.fail = 1;
     for (int i = 0; i < G; i++)
-        if ((b.pre[i].size() + b.pass[i].size()) * sizeof(lt_step) + (b.ppre[i].size() + b.ppass[i].size()) * 8 >
+        if ((b.pre[i].size() + b.pass[i].size()) * sizeof(lt_step) + 8 + (b.ppre[i].size() + b.ppass[i].size()) * 8 >
             LT_STEPS_BYTES)
             b.fail = 1;
     if (b.fail || kept < 0) {
@@ -1243,11 +1284,12 @@ static dd_status build_plan(lt_exec *x, int variant, int n, dd_error *err) {
             }
         }
     }
-    const size_t bo = b.ops.size() * sizeof(lt_op), bs = steps.size() * sizeof(lt_step),
-                 bp = std::max<size_t>(1, pcs.size()) * sizeof(lt_piece), bm = sms.size() * sizeof(lt_sm);
+    auto al = [](size_t x) { return (x + 15) & ~(size_t)15; };
+    const size_t bo = al(b.ops.size() * sizeof(lt_op)), bs = al(steps.size() * sizeof(lt_step)),
+                 bp = al(std::max<size_t>(1, pcs.size()) * sizeof(lt_piece)), bm = sms.size() * sizeof(lt_sm);
     std::vector<uint8_t> blob(bo + bs + bp + bm, 0);
-    memcpy(blob.data(), b.ops.data(), bo);
-    memcpy(blob.data() + bo, steps.data(), bs);
+    memcpy(blob.data(), b.ops.data(), b.ops.size() * sizeof(lt_op));
+    memcpy(blob.data() + bo, steps.data(), steps.size() * sizeof(lt_step));
     if (!pcs.empty()) memcpy(blob.data() + bo + bs, pcs.data(), pcs.size() * sizeof(lt_piece));
     memcpy(blob.data() + bo + bs + bp, sms.data(), bm);
     void *mem;
