@@ -16,6 +16,8 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/%)
 TEST_COMMON_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 TEST_COMMON_OBJ := $(TEST_COMMON_SRC:tests/%.c=$(BUILD)/tobj/%.o)
+# .npy I/O belongs to the tools, not the library: linked into the CLI, the tests and the fuzzers.
+NPY_OBJ  := $(BUILD)/tools/npy.o
 
 ifeq ($(CUDA),1)
 NVCC      ?= nvcc
@@ -52,16 +54,22 @@ $(BUILD)/libdepthdec.a: $(LIB_OBJ)
 $(BUILD)/libdepthdec.so: $(LIB_OBJ)
 	$(CC) -shared -o $@ $^ $(LDFLAGS) $(LDLIBS)
 
-$(BUILD)/depthdec: tools/depthdec.c $(BUILD)/libdepthdec.a
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libdepthdec.a $(LDFLAGS) $(LDLIBS)
+$(BUILD)/tools/%.o: tools/%.c tools/npy.h $(wildcard src/*.h) include/depthdec.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/depthdec: tools/depthdec.c $(NPY_OBJ) $(BUILD)/libdepthdec.a
+	$(CC) $(CFLAGS) -o $@ $< $(NPY_OBJ) $(BUILD)/libdepthdec.a $(LDFLAGS) $(LDLIBS)
 
 $(BUILD)/tobj/%.o: tests/%.c $(wildcard tests/*.h src/*.h) include/depthdec.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests -c $< -o $@
+	$(CC) $(CFLAGS) -Itests -Itools -c $< -o $@
 
 # Tests that run the CLI find it through DD_CLI (the binary of the same build).
-$(BUILD)/test_%: tests/test_%.c $(TEST_COMMON_OBJ) $(BUILD)/libdepthdec.a $(BUILD)/depthdec $(wildcard tests/*.h)
-	$(CC) $(CFLAGS) -Itests -DDD_CLI='"$(BUILD)/depthdec"' -o $@ $< $(TEST_COMMON_OBJ) $(BUILD)/libdepthdec.a $(LDFLAGS) $(LDLIBS) -lcmocka
+$(BUILD)/test_%: tests/test_%.c $(TEST_COMMON_OBJ) $(NPY_OBJ) $(BUILD)/libdepthdec.a $(BUILD)/depthdec \
+                 $(wildcard tests/*.h tools/*.h)
+	$(CC) $(CFLAGS) -Itests -Itools -DDD_CLI='"$(BUILD)/depthdec"' -o $@ $< $(TEST_COMMON_OBJ) $(NPY_OBJ) \
+	    $(BUILD)/libdepthdec.a $(LDFLAGS) $(LDLIBS) -lcmocka
 
 # Each test binary runs from the repository root; cmocka prints a summary per binary, this prints the total.
 test: all
@@ -82,8 +90,8 @@ fuzz:
 	CFLAGS="-O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link" LDFLAGS="$(FUZZ_SAN)" \
 	    $(MAKE) CC=$(FUZZ_CC) BUILD=$(FUZZ_BUILD) $(FUZZ_BUILD)/libdepthdec.a
 	for f in $(FUZZERS); do \
-	    $(FUZZ_CC) -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer -std=c11 -D_GNU_SOURCE -Wall -Wextra -Iinclude -Isrc \
-	        -o $$f fuzz/$${f##*/}.c $(FUZZ_BUILD)/libdepthdec.a -ljansson -lm -pthread || exit 1; \
+	    $(FUZZ_CC) -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer -std=c11 -D_GNU_SOURCE -Wall -Wextra -Iinclude -Isrc -Itools \
+	        -o $$f fuzz/$${f##*/}.c tools/npy.c $(FUZZ_BUILD)/libdepthdec.a -ljansson -lm -pthread || exit 1; \
 	done
 # tests/test_fuzz_regress.c replays fuzz/regressions/ through the harnesses it includes
 $(BUILD)/test_fuzz_regress: $(wildcard fuzz/*.c fuzz/*.h)
