@@ -287,3 +287,8 @@ dd_status dd_model_export_mem(dd_model **out, const dd_model *m, const dd_export
     snprintf(label, sizeof label, "%.480s (%s)", m->source, dp.bits == 8 ? "q8" : dp.bits == 4 ? "q4" : "re-exported");
     return dd_model_from_image(out, label, img, size, err);
 }
+
+/* The same as dd_model_export with default parameters (kept as the short name). */
+dd_status dd_model_save(const dd_model *m, const char *path, dd_error *err) {
+    return dd_model_export(m, path, NULL, err);
+}

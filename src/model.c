@@ -687,6 +687,3 @@ dd_status dd_model_from_image(dd_model **out, const char *label, uint8_t *img, s
     *out = m;
     return DD_OK;
 }
-
-/* The same as dd_model_export with default parameters (kept as the short name). */
-dd_status dd_model_save(const dd_model *m, const char *path, dd_error *err) { return dd_model_export(m, path, NULL, err); }
