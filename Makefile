@@ -1,5 +1,6 @@
 # depthdec — `make` builds the library (static + shared), the CLI and the tests; `make test` runs the tests.
-# CUDA is opt-in: `make CUDA=1 CUDA_ARCH=sm_90`.
+# CUDA is opt-in: `make CUDA=1 CUDA_ARCH=sm_90`. `make install PREFIX=/usr/local` (DESTDIR honoured) installs the
+# header, both libraries, depthdec.pc and the CLI.
 
 CC       ?= gcc
 CFLAGS   ?= -O2 -g
@@ -9,6 +10,16 @@ override CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -f
 LDLIBS   += -ljansson -lm -pthread
 override CFLAGS += -DDD_WITH_CPU=1
 BUILD    ?= build
+VERSION  := $(shell sed -n 's/^\#define DD_VERSION_STRING "\(.*\)"/\1/p' include/depthdec.h)
+# ABI version of libdepthdec.so (its SONAME libdepthdec.so.$(SOVERSION)): bump it when a function of
+# include/depthdec.h or a public struct changes incompatibly.
+SOVERSION := 1
+SONAME   := libdepthdec.so.$(SOVERSION)
+PREFIX   ?= /usr/local
+BINDIR   ?= $(PREFIX)/bin
+LIBDIR   ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 
 LIB_SRC  := $(wildcard src/*.c)
 LIB_OBJ  := $(LIB_SRC:src/%.c=$(BUILD)/obj/%.o)
@@ -16,6 +27,8 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/%)
 TEST_COMMON_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 TEST_COMMON_OBJ := $(TEST_COMMON_SRC:tests/%.c=$(BUILD)/tobj/%.o)
+# .npy I/O belongs to the tools, not the library: linked into the CLI, the tests and the fuzzers.
+NPY_OBJ  := $(BUILD)/tools/npy.o
 
 ifeq ($(CUDA),1)
 NVCC      ?= nvcc
@@ -33,35 +46,66 @@ endif
 $(BUILD)/obj/cpu_kern_avx2.o: override CFLAGS += -mavx2 -mfma -mf16c
 $(BUILD)/obj/cpu_kern_avx512.o: override CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
 
-.PHONY: all lib test clean
+.PHONY: all lib test clean install
 all: lib $(BUILD)/depthdec $(TESTS)
-lib: $(BUILD)/libdepthdec.a $(BUILD)/libdepthdec.so
+lib: $(BUILD)/libdepthdec.a $(BUILD)/libdepthdec.so $(BUILD)/depthdec.pc
 
+# Library objects are compiled with hidden visibility: libdepthdec.so exports only the functions that
+# include/depthdec.h marks DD_API. Tests, the CLI and the Python package link the static archive, where the
+# internal functions stay reachable.
 $(BUILD)/obj/%.o: src/%.c $(wildcard src/*.h) include/depthdec.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) -fvisibility=hidden -c $< -o $@
 
 $(BUILD)/cuobj/%.o: src/cuda/%.cu $(wildcard src/*.h src/cuda/*.cuh) include/depthdec.h
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) -c $< -o $@
+	$(NVCC) $(NVFLAGS) -Xcompiler -fvisibility=hidden -c $< -o $@
 
 $(BUILD)/libdepthdec.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/libdepthdec.so: $(LIB_OBJ)
-	$(CC) -shared -o $@ $^ $(LDFLAGS) $(LDLIBS)
+$(BUILD)/$(SONAME): $(LIB_OBJ)
+	$(CC) -shared -Wl,-soname,$(SONAME) -o $@ $^ $(LDFLAGS) $(LDLIBS)
 
-$(BUILD)/depthdec: tools/depthdec.c $(BUILD)/libdepthdec.a
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libdepthdec.a $(LDFLAGS) $(LDLIBS)
+$(BUILD)/libdepthdec.so: $(BUILD)/$(SONAME)
+	ln -sf $(SONAME) $@
+
+# pkg-config file; `make install` writes it again with the install's PREFIX.
+define PC_FILE
+prefix=$(PREFIX)
+libdir=$(LIBDIR)
+includedir=$(INCLUDEDIR)
+
+Name: depthdec
+Description: exact, fast inference for the depth decoder of RVQ speech LMs
+Version: $(VERSION)
+Cflags: -I$${includedir}
+Libs: -L$${libdir} -ldepthdec
+Libs.private: $(LDFLAGS) $(LDLIBS)
+endef
+export PC_FILE
+
+$(BUILD)/depthdec.pc: Makefile include/depthdec.h
+	@mkdir -p $(dir $@)
+	echo "$$PC_FILE" >$@
+
+$(BUILD)/tools/%.o: tools/%.c tools/npy.h $(wildcard src/*.h) include/depthdec.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/depthdec: tools/depthdec.c $(NPY_OBJ) $(BUILD)/libdepthdec.a
+	$(CC) $(CFLAGS) -o $@ $< $(NPY_OBJ) $(BUILD)/libdepthdec.a $(LDFLAGS) $(LDLIBS)
 
 $(BUILD)/tobj/%.o: tests/%.c $(wildcard tests/*.h src/*.h) include/depthdec.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests -c $< -o $@
+	$(CC) $(CFLAGS) -Itests -Itools -c $< -o $@
 
 # Tests that run the CLI find it through DD_CLI (the binary of the same build).
-$(BUILD)/test_%: tests/test_%.c $(TEST_COMMON_OBJ) $(BUILD)/libdepthdec.a $(BUILD)/depthdec $(wildcard tests/*.h)
-	$(CC) $(CFLAGS) -Itests -DDD_CLI='"$(BUILD)/depthdec"' -o $@ $< $(TEST_COMMON_OBJ) $(BUILD)/libdepthdec.a $(LDFLAGS) $(LDLIBS) -lcmocka
+$(BUILD)/test_%: tests/test_%.c $(TEST_COMMON_OBJ) $(NPY_OBJ) $(BUILD)/libdepthdec.a $(BUILD)/depthdec \
+                 $(wildcard tests/*.h tools/*.h)
+	$(CC) $(CFLAGS) -Itests -Itools -DDD_CLI='"$(BUILD)/depthdec"' -o $@ $< $(TEST_COMMON_OBJ) $(NPY_OBJ) \
+	    $(BUILD)/libdepthdec.a $(LDFLAGS) $(LDLIBS) -lcmocka
 
 # Each test binary runs from the repository root; cmocka prints a summary per binary, this prints the total.
 test: all
@@ -69,6 +113,15 @@ test: all
 
 clean:
 	rm -rf $(BUILD)
+
+install: lib $(BUILD)/depthdec
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR)
+	install -m 644 include/depthdec.h $(DESTDIR)$(INCLUDEDIR)/
+	install -m 644 $(BUILD)/libdepthdec.a $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(BUILD)/$(SONAME) $(DESTDIR)$(LIBDIR)/
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libdepthdec.so
+	install -m 755 $(BUILD)/depthdec $(DESTDIR)$(BINDIR)/
+	echo "$$PC_FILE" >$(DESTDIR)$(PKGCONFIGDIR)/depthdec.pc
 
 # ---- fuzzing (fuzz/): libFuzzer harnesses, clang -fsanitize=fuzzer,address,undefined. The library is rebuilt into
 # $(FUZZ_BUILD) with the same sanitizers plus fuzzer coverage; `scripts/sanitize.sh` runs the harnesses.
@@ -82,8 +135,8 @@ fuzz:
 	CFLAGS="-O1 -g $(FUZZ_SAN) -fsanitize=fuzzer-no-link" LDFLAGS="$(FUZZ_SAN)" \
 	    $(MAKE) CC=$(FUZZ_CC) BUILD=$(FUZZ_BUILD) $(FUZZ_BUILD)/libdepthdec.a
 	for f in $(FUZZERS); do \
-	    $(FUZZ_CC) -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer -std=c11 -D_GNU_SOURCE -Wall -Wextra -Iinclude -Isrc \
-	        -o $$f fuzz/$${f##*/}.c $(FUZZ_BUILD)/libdepthdec.a -ljansson -lm -pthread || exit 1; \
+	    $(FUZZ_CC) -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer -std=c11 -D_GNU_SOURCE -Wall -Wextra -Iinclude -Isrc -Itools \
+	        -o $$f fuzz/$${f##*/}.c tools/npy.c $(FUZZ_BUILD)/libdepthdec.a -ljansson -lm -pthread || exit 1; \
 	done
 # tests/test_fuzz_regress.c replays fuzz/regressions/ through the harnesses it includes
 $(BUILD)/test_fuzz_regress: $(wildcard fuzz/*.c fuzz/*.h)

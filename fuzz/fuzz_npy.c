@@ -1,4 +1,4 @@
-/* libFuzzer harness for the .npy reader (src/npy.c): the input is the file, verbatim. An array that reads is
+/* libFuzzer harness for the .npy reader (tools/npy.c): the input is the file, verbatim. An array that reads is
  * converted the way the CLI converts --hidden / --codes (any shape of its rank), written back with dd_npy_write
  * and read again, which must give the same dtype, shape and bytes. A failed read must be a clean error: *out
  * zeroed, a known code, a message. */

@@ -23,6 +23,14 @@ extern "C" {
 
 #define DD_VERSION_STRING "0.1.0"
 
+/* DD_API marks what libdepthdec.so exports: the library is compiled with -fvisibility=hidden, so the functions of
+ * this header are its whole exported surface (yyjson's yyjson_api). */
+#if defined(__GNUC__) && __GNUC__ >= 4
+#define DD_API __attribute__((visibility("default")))
+#else
+#define DD_API
+#endif
+
 typedef enum dd_status {
     DD_OK = 0,
     DD_EINVAL = 1,       /* a bad argument: NULL pointer, n > max_batch, code 2051 >= V, T = -1, K = -3 */
@@ -40,7 +48,7 @@ typedef struct dd_error {
 } dd_error;
 
 /* Short name of a status ("invalid argument", ...). Static storage. */
-const char *dd_status_name(dd_status s);
+DD_API const char *dd_status_name(dd_status s);
 
 /* ---- model ------------------------------------------------------------------------------------------------ */
 
@@ -51,7 +59,7 @@ typedef enum dd_block { DD_BLOCK_GPT = 0, DD_BLOCK_LLAMA = 1 } dd_block;
 /* Weight storage types. DD_Q8/DD_Q4 are MLX affine quantization (w = scale*q + bias per group). */
 typedef enum dd_dtype { DD_F32 = 0, DD_F16 = 1, DD_BF16 = 2, DD_Q8 = 3, DD_Q4 = 4 } dd_dtype;
 
-const char *dd_dtype_name(dd_dtype t); /* "f32", "f16", "bf16", "q8", "q4" */
+DD_API const char *dd_dtype_name(dd_dtype t); /* "f32", "f16", "bf16", "q8", "q4" */
 
 typedef struct dd_config {
     dd_block block;
@@ -81,29 +89,29 @@ typedef struct dd_config {
 /* Load a model from `path`: a .safetensors file (native layout; config in __metadata__["depthdec.config"] or a
  * config.json beside it) or a directory (HF CSM layout). The file is mapped, fully validated, and either the whole
  * model loads or nothing does (*out stays NULL). Free with dd_model_free. Thread-safe. */
-dd_status dd_model_load(dd_model **out, const char *path, dd_error *err);
+DD_API dd_status dd_model_load(dd_model **out, const char *path, dd_error *err);
 
 /* Build one of the embedded synthetic models in memory: kind "gpt" (the seed's dims), "csm" (CSM-1B depth dims)
  * or "tiny" (a small GPT-style model for tests). Weights are deterministic functions of `seed`, scaled so that
  * activations stay O(1), stored as `weights` (q8/q4 with group 64). Free with dd_model_free. */
-dd_status dd_model_synthetic(dd_model **out, const char *kind, dd_dtype weights, uint64_t seed, dd_error *err);
+DD_API dd_status dd_model_synthetic(dd_model **out, const char *kind, dd_dtype weights, uint64_t seed, dd_error *err);
 
 /* NULL is a no-op. The model must outlive every decoder created on it. */
-void dd_model_free(dd_model *m);
+DD_API void dd_model_free(dd_model *m);
 
 /* Valid for the model's lifetime. m must not be NULL. */
-const dd_config *dd_model_config(const dd_model *m);
+DD_API const dd_config *dd_model_config(const dd_model *m);
 /* Number of tensors the engine uses, and the name it was loaded from ("synthetic gpt" for built ones). */
-int dd_model_tensor_count(const dd_model *m);
-const char *dd_model_source(const dd_model *m);
+DD_API int dd_model_tensor_count(const dd_model *m);
+DD_API const char *dd_model_source(const dd_model *m);
 /* Bytes of weights read per frame of one stream batch (all passes, c0 given): the bandwidth floor's numerator. */
-uint64_t dd_model_weight_bytes_per_frame(const dd_model *m);
+DD_API uint64_t dd_model_weight_bytes_per_frame(const dd_model *m);
 /* Bytes of all weights the engine uses. */
-uint64_t dd_model_weight_bytes(const dd_model *m);
+DD_API uint64_t dd_model_weight_bytes(const dd_model *m);
 
 /* Write the model as a native-layout .safetensors file (config in __metadata__), atomically: a failed write leaves
  * no file behind. Used to hand the synthetic models to other programs. = dd_model_export(m, path, NULL, err). */
-dd_status dd_model_save(const dd_model *m, const char *path, dd_error *err);
+DD_API dd_status dd_model_save(const dd_model *m, const char *path, dd_error *err);
 
 /* Write any loaded model (native or HF CSM) as a native-layout .safetensors file, optionally MLX-affine quantized
  * (what `depthdec quantize` does). bits 0 = keep types; 8 or 4 quantize the layer matrices, in_proj, head0 and
@@ -120,20 +128,20 @@ typedef struct dd_export_params {
     void (*progress)(void *ctx, int done, int total); /* called after each matrix; may be NULL */
     void *progress_ctx;
 } dd_export_params;
-dd_export_params dd_export_default_params(void); /* bits 0, group 64, embeddings 0, scale_type f32 */
-dd_status dd_model_export(const dd_model *m, const char *path, const dd_export_params *p, dd_error *err);
+DD_API dd_export_params dd_export_default_params(void); /* bits 0, group 64, embeddings 0, scale_type f32 */
+DD_API dd_status dd_model_export(const dd_model *m, const char *path, const dd_export_params *p, dd_error *err);
 /* The same image loaded back in memory as a new model (free with dd_model_free): a quantized copy. */
-dd_status dd_model_export_mem(dd_model **out, const dd_model *m, const dd_export_params *p, dd_error *err);
+DD_API dd_status dd_model_export_mem(dd_model **out, const dd_model *m, const dd_export_params *p, dd_error *err);
 
 /* ---- decoder ---------------------------------------------------------------------------------------------- */
 
 typedef enum dd_backend { DD_BACKEND_AUTO = 0, DD_BACKEND_REF = 1, DD_BACKEND_CPU = 2, DD_BACKEND_CUDA = 3 } dd_backend;
 
-const char *dd_backend_name(dd_backend b); /* "auto", "ref", "cpu", "cuda" */
+DD_API const char *dd_backend_name(dd_backend b); /* "auto", "ref", "cpu", "cuda" */
 /* Parse "auto|ref|cpu|cuda"; returns DD_EINVAL for anything else. */
-dd_status dd_backend_parse(const char *s, dd_backend *out);
+DD_API dd_status dd_backend_parse(const char *s, dd_backend *out);
 /* 1 when this build includes the backend and it can run here (cuda: a device is present). */
-int dd_backend_available(dd_backend b);
+DD_API int dd_backend_available(dd_backend b);
 
 typedef struct dd_decoder dd_decoder;
 
@@ -143,20 +151,20 @@ typedef struct dd_decoder_params {
     int threads;        /* cpu backend: 0 = one per core */
 } dd_decoder_params;
 
-dd_decoder_params dd_decoder_default_params(void); /* auto, max_batch 64, threads 0 */
+DD_API dd_decoder_params dd_decoder_default_params(void); /* auto, max_batch 64, threads 0 */
 
 /* Create a decoder on `m`. Allocates everything the hot loop needs; decode/score allocate nothing more. */
-dd_status dd_decoder_create(dd_decoder **out, const dd_model *m, const dd_decoder_params *p, dd_error *err);
-void dd_decoder_free(dd_decoder *d); /* NULL is a no-op */
-dd_backend dd_decoder_backend(const dd_decoder *d); /* the backend actually in use */
-int dd_decoder_max_batch(const dd_decoder *d);
+DD_API dd_status dd_decoder_create(dd_decoder **out, const dd_model *m, const dd_decoder_params *p, dd_error *err);
+DD_API void dd_decoder_free(dd_decoder *d); /* NULL is a no-op */
+DD_API dd_backend dd_decoder_backend(const dd_decoder *d); /* the backend actually in use */
+DD_API int dd_decoder_max_batch(const dd_decoder *d);
 
 typedef struct dd_sampling {
     float temperature; /* 0 = greedy */
     int top_k;         /* 0 or >= V = no top-k */
 } dd_sampling;
 
-dd_sampling dd_sampling_default(void); /* T 0.9, K 50 (CSM's) */
+DD_API dd_sampling dd_sampling_default(void); /* T 0.9, K 50 (CSM's) */
 
 /* Decode one frame for each of n streams (1 <= n <= max_batch).
  *   hidden  [n, input_dim] float32, the backbone's final hidden state per stream
@@ -165,30 +173,30 @@ dd_sampling dd_sampling_default(void); /* T 0.9, K 50 (CSM's) */
  *   codes   [n, levels] out: c0 .. c(Q-1)
  * Inputs are checked before any work; on error nothing is written to `codes`. A stream's codes depend only on
  * (model, its hidden, c0, seed, frame, sampling): not on n, its row, the backend or the thread count. */
-dd_status dd_decode(dd_decoder *d, int n, const float *hidden, const int32_t *c0, const uint64_t *seeds,
-                    const uint64_t *frames, const dd_sampling *s, int32_t *codes, dd_error *err);
+DD_API dd_status dd_decode(dd_decoder *d, int n, const float *hidden, const int32_t *c0, const uint64_t *seeds,
+                           const uint64_t *frames, const dd_sampling *s, int32_t *codes, dd_error *err);
 
 /* Teacher-forced logits for n rows.
  *   hidden  [n, input_dim]; codes [n, levels] (code level Q-1 is not read but must be in range)
  *   logits  [n, levels-1, V] out: logits of levels 1..Q-1 given codes 0..Q-2
  *   logits0 [n, V] out or NULL: head0 · hidden (DD_EUNSUPPORTED when requested and the model has no head0) */
-dd_status dd_score(dd_decoder *d, int n, const float *hidden, const int32_t *codes, float *logits, float *logits0,
-                   dd_error *err);
+DD_API dd_status dd_score(dd_decoder *d, int n, const float *hidden, const int32_t *codes, float *logits,
+                          float *logits0, dd_error *err);
 
 /* Measure the read bandwidth this backend's weights stream at, in GB/s (1e9 bytes/s), as `depthdec bench` quotes
  * it: cpu/ref: a multi-threaded streaming read of a 1 GiB buffer (threads 0 = one per core), best of 5;
  * cuda: a large device-to-device copy, counting bytes read plus written. Allocates and frees its buffers. */
-dd_status dd_measure_read_bandwidth(dd_backend b, int threads, double *gbps, dd_error *err);
+DD_API dd_status dd_measure_read_bandwidth(dd_backend b, int threads, double *gbps, dd_error *err);
 
 /* ---- sampling rule, exposed for tests and other engines ---------------------------------------------------- */
 
 /* Philox4x32-10 (Random123 constants): out = philox(ctr, key). */
-void dd_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+DD_API void dd_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 
 /* Sample one level by SPEC §3 from logits[0..V). Allocation-free. DD_ENUMERIC when no logit is finite, DD_EINVAL
  * on a bad temperature or top_k. */
-dd_status dd_sample_logits(const float *logits, int V, const dd_sampling *s, uint64_t seed, uint64_t frame,
-                           int level, int32_t *code, dd_error *err);
+DD_API dd_status dd_sample_logits(const float *logits, int V, const dd_sampling *s, uint64_t seed, uint64_t frame,
+                                  int level, int32_t *code, dd_error *err);
 
 #ifdef __cplusplus
 }

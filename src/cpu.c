@@ -365,3 +365,12 @@ static dd_status cpu_score(dd_decoder *d, int n, const float *hidden, const int3
 }
 
 const dd_backend_vt dd_cpu_backend = {"cpu", cpu_init, cpu_destroy, cpu_decode, cpu_score};
+
+dd_status dd_cpu_decoder_use_isa(dd_decoder *d, dd_cpu_isa isa, dd_error *err) {
+    if (!d || d->vt != &dd_cpu_backend) return dd_fail(err, DD_EINVAL, "dd_cpu_decoder_use_isa: not a cpu decoder");
+    const dd_cpu_kern *k = dd_cpu_kernels_for(isa);
+    if (!k) return dd_fail(err, DD_EUNSUPPORTED, "cpu kernels: instruction set %s not available here",
+                           dd_cpu_isa_name(isa));
+    ((cpu_state *)d->impl)->kern = k;
+    return DD_OK;
+}

@@ -74,12 +74,9 @@ int dd_cpu_isa_supported(dd_cpu_isa isa);
 const char *dd_cpu_isa_name(dd_cpu_isa isa);
 /* The table for `isa`, or NULL when unsupported here. */
 const dd_cpu_kern *dd_cpu_kernels_for(dd_cpu_isa isa);
-/* The table decoders use: the forced one (dd_cpu_force_isa), else $DD_CPU_ISA (generic|avx2|avx512) when
- * supported, else the best supported one — picked once (from CPUID, through __builtin_cpu_supports). */
+/* The table a decoder created now uses: $DD_CPU_ISA (generic|avx2|avx512) when it names a supported set, else the
+ * widest supported one (from CPUID, through __builtin_cpu_supports). The variable is read at each call. */
 const dd_cpu_kern *dd_cpu_kernels(void);
-/* For tests and benchmarks: make decoders created from now on use `isa` (-1 = back to automatic). Returns 0, or
- * -1 (nothing changed) when unsupported here. Not thread-safe against concurrent dd_decoder_create. */
-int dd_cpu_force_isa(int isa);
 
 /* ---- thread pool ------------------------------------------------------------------------------------------ */
 
@@ -162,5 +159,8 @@ void dd_cpu_rope_tables(float *cos_t, float *sin_t, const double *inv_freq, int 
 /* Run the kernels.h contracts through the given instruction set and thread count (threads 0 = default). */
 dd_status dd_cpu_linear_host(const dd_linear_args *a, int isa, int threads, dd_error *err);
 dd_status dd_cpu_attend_host(const dd_attend_args *a, int isa, int threads, dd_error *err);
+/* Make the cpu decoder d run the kernels of `isa` from now on (tests compare the instruction sets).
+ * DD_EINVAL when d is not a cpu decoder, DD_EUNSUPPORTED when this CPU lacks `isa`. */
+dd_status dd_cpu_decoder_use_isa(dd_decoder *d, dd_cpu_isa isa, dd_error *err);
 
 #endif

@@ -14,7 +14,6 @@
 #include "util.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,37 +68,14 @@ const dd_cpu_kern *dd_cpu_kernels_for(dd_cpu_isa isa) {
     return dd_cpu_isa_supported(isa) ? isa_table[isa] : NULL;
 }
 
-static atomic_int g_forced = -1;
-
-int dd_cpu_force_isa(int isa) {
-    if (isa < 0) {
-        atomic_store_explicit(&g_forced, -1, memory_order_relaxed);
-        return 0;
-    }
-    if (!dd_cpu_isa_supported((dd_cpu_isa)isa)) return -1;
-    atomic_store_explicit(&g_forced, isa, memory_order_relaxed);
-    return 0;
-}
-
-/* The automatic choice, made once: $DD_CPU_ISA when it names a supported set, else the widest supported. */
-static pthread_once_t g_auto_once = PTHREAD_ONCE_INIT;
-static int g_auto = DD_CPU_GENERIC;
-
-static void pick_auto(void) {
-    int pick = -1;
+/* Read at each call (a decoder's creation), never cached: no process-global state. */
+const dd_cpu_kern *dd_cpu_kernels(void) {
     const char *env = getenv("DD_CPU_ISA");
     for (int i = 0; env && i < DD_CPU_NISA; i++)
-        if (strcmp(env, isa_names[i]) == 0 && dd_cpu_isa_supported((dd_cpu_isa)i)) pick = i;
-    for (int i = DD_CPU_NISA - 1; pick < 0 && i >= 0; i--)
-        if (dd_cpu_isa_supported((dd_cpu_isa)i)) pick = i;
-    g_auto = pick;
-}
-
-const dd_cpu_kern *dd_cpu_kernels(void) {
-    int f = atomic_load_explicit(&g_forced, memory_order_relaxed);
-    if (f >= 0) return isa_table[f];
-    pthread_once(&g_auto_once, pick_auto);
-    return isa_table[g_auto];
+        if (strcmp(env, isa_names[i]) == 0 && dd_cpu_isa_supported((dd_cpu_isa)i)) return isa_table[i];
+    for (int i = DD_CPU_NISA - 1; i > 0; i--)
+        if (dd_cpu_isa_supported((dd_cpu_isa)i)) return isa_table[i];
+    return isa_table[DD_CPU_GENERIC];
 }
 
 /* ---- linear ----------------------------------------------------------------------------------------------- */

@@ -13,7 +13,6 @@
  *     rounding slightly (one extra rounding of each embedding to the stored type).
  * Scales and biases of quantized tensors are float32 unless asked otherwise: with f16/bf16 scales the rounding of
  * the scale itself can push values past one quantization step (bf16 keeps 8 bits). */
-#include "config.h"
 #include "model.h"
 #include "quant.h"
 #include "safetensors.h"
@@ -30,50 +29,10 @@ dd_export_params dd_export_default_params(void) {
 }
 
 typedef struct writer {
-    dd_st_out *t;
-    int n, cap;
-    void **bufs;
-    int nbufs;
+    dd_st_list l;
     const dd_export_params *p;
-    dd_error *err;
-    dd_status st;
     int done, total; /* progress, in matrices */
 } writer;
-
-static void *wmalloc(writer *w, size_t n) {
-    if (w->st) return NULL;
-    void *p = malloc(n ? n : 1);
-    void **nb = p ? realloc(w->bufs, (size_t)(w->nbufs + 1) * sizeof *nb) : NULL;
-    if (!p || !nb) {
-        free(p);
-        w->st = dd_fail(w->err, DD_ENOMEM, "export: out of memory (%zu bytes)", n);
-        return NULL;
-    }
-    w->bufs = nb;
-    w->bufs[w->nbufs++] = p;
-    return p;
-}
-
-static void wadd(writer *w, const char *name, dd_st_dtype dt, int nd, const int64_t *shape, const void *data) {
-    if (w->st) return;
-    if (w->n == w->cap) {
-        int cap = w->cap ? 2 * w->cap : 64;
-        dd_st_out *nt = realloc(w->t, (size_t)cap * sizeof *nt);
-        if (!nt) {
-            w->st = dd_fail(w->err, DD_ENOMEM, "export: out of memory");
-            return;
-        }
-        w->t = nt;
-        w->cap = cap;
-    }
-    dd_st_out *o = &w->t[w->n++];
-    memset(o, 0, sizeof *o);
-    snprintf(o->name, sizeof o->name, "%s", name);
-    o->dtype = dt;
-    o->ndim = nd;
-    memcpy(o->shape, shape, (size_t)nd * sizeof *shape);
-    o->data = data;
-}
 
 static dd_st_dtype st_type(dd_dtype t) { return t == DD_F16 ? DD_ST_F16 : t == DD_BF16 ? DD_ST_BF16 : DD_ST_F32; }
 
@@ -90,7 +49,7 @@ static void store(dd_dtype t, const float *x, int64_t n, void *out) {
 /* A float32 vector (norms, biases) — written exactly. */
 static void put_vec(writer *w, const char *name, const float *v, int64_t n) {
     if (!v) return;
-    wadd(w, name, DD_ST_F32, 1, &n, v);
+    dd_st_list_add(&w->l, name, DD_ST_F32, 1, &n, v);
 }
 
 /* Matrix `base` from nparts row-concatenated views (all the same cols), with leading shape `lead` (nd-1 dims
@@ -98,7 +57,7 @@ static void put_vec(writer *w, const char *name, const float *v, int64_t n) {
  * share it; f32 when they do not). */
 static void put_mat(writer *w, const char *base, const dd_weight *const *parts, int nparts, int nd,
                     const int64_t *lead, int quantize) {
-    if (w->st) return;
+    if (w->l.st) return;
     int64_t rows = 0, K = parts[0]->cols;
     for (int i = 0; i < nparts; i++) rows += parts[i]->rows;
     int64_t shape[8];
@@ -114,24 +73,24 @@ static void put_mat(writer *w, const char *base, const dd_weight *const *parts, 
                  parts[0]->group == p->group;
     for (int i = 1; keep_q && i < nparts; i++) keep_q = parts[i]->group == p->group && parts[i]->sb_type == parts[0]->sb_type;
     if (quantize && K % p->group) {
-        w->st = dd_fail(w->err, DD_EINVAL, "%s: %lld columns are not divisible by --group-size %d", name,
-                        (long long)K, p->group);
+        w->l.st = dd_fail(w->l.err, DD_EINVAL, "%s: %lld columns are not divisible by --group-size %d", name,
+                          (long long)K, p->group);
         return;
     }
     float *row = malloc((size_t)K * sizeof *row);
     if (!row) {
-        w->st = dd_fail(w->err, DD_ENOMEM, "export: out of memory");
+        w->l.st = dd_fail(w->l.err, DD_ENOMEM, "export: out of memory");
         return;
     }
     if (!quantize || keep_q) {
         /* copy rows as stored (dense of one type, or quantized with the requested bits and group) */
         int dense = !(t == DD_Q8 || t == DD_Q4);
         size_t rb = dense ? (size_t)K * (t == DD_F32 ? 4 : 2) : parts[0]->row_bytes;
-        uint8_t *d = wmalloc(w, (size_t)rows * rb), *sc = NULL, *bi = NULL;
+        uint8_t *d = dd_st_list_alloc(&w->l, (size_t)rows * rb), *sc = NULL, *bi = NULL;
         size_t sbb = dense ? 0 : parts[0]->sb_row_bytes;
         if (!dense) {
-            sc = wmalloc(w, (size_t)rows * sbb);
-            bi = wmalloc(w, (size_t)rows * sbb);
+            sc = dd_st_list_alloc(&w->l, (size_t)rows * sbb);
+            bi = dd_st_list_alloc(&w->l, (size_t)rows * sbb);
         }
         int64_t r = 0;
         for (int i = 0; d && (dense || (sc && bi)) && i < nparts; i++) {
@@ -151,26 +110,27 @@ static void put_mat(writer *w, const char *base, const dd_weight *const *parts, 
         }
         if (dense) {
             shape[nd - 1] = K;
-            wadd(w, name, st_type(t), nd, shape, d);
+            dd_st_list_add(&w->l, name, st_type(t), nd, shape, d);
         } else {
             shape[nd - 1] = (int64_t)(rb / 4);
-            wadd(w, name, DD_ST_U32, nd, shape, d);
+            dd_st_list_add(&w->l, name, DD_ST_U32, nd, shape, d);
             shape[nd - 1] = K / parts[0]->group;
             snprintf(name, sizeof name, "%s.scales", base);
-            wadd(w, name, st_type(parts[0]->sb_type), nd, shape, sc);
+            dd_st_list_add(&w->l, name, st_type(parts[0]->sb_type), nd, shape, sc);
             snprintf(name, sizeof name, "%s.biases", base);
-            wadd(w, name, st_type(parts[0]->sb_type), nd, shape, bi);
+            dd_st_list_add(&w->l, name, st_type(parts[0]->sb_type), nd, shape, bi);
         }
     } else {
         int bits = p->bits, group = p->group;
         int64_t words = K * bits / 32, ng = K / group;
         size_t ss = p->scale_type == DD_F32 ? 4 : 2;
-        uint32_t *q = wmalloc(w, (size_t)rows * words * 4);
-        uint8_t *sc = wmalloc(w, (size_t)rows * ng * ss), *bi = wmalloc(w, (size_t)rows * ng * ss);
+        uint32_t *q = dd_st_list_alloc(&w->l, (size_t)rows * words * 4);
+        uint8_t *sc = dd_st_list_alloc(&w->l, (size_t)rows * ng * ss);
+        uint8_t *bi = dd_st_list_alloc(&w->l, (size_t)rows * ng * ss);
         float *fs = malloc((size_t)ng * 4), *fb = malloc((size_t)ng * 4);
         int64_t r = 0;
-        if (!fs || !fb) w->st = dd_fail(w->err, DD_ENOMEM, "export: out of memory");
-        for (int i = 0; !w->st && i < nparts; i++)
+        if (!fs || !fb) w->l.st = dd_fail(w->l.err, DD_ENOMEM, "export: out of memory");
+        for (int i = 0; !w->l.st && i < nparts; i++)
             for (int64_t k = 0; k < parts[i]->rows; k++, r++) {
                 dd_weight_row_f32(parts[i], k, row);
                 dd_quantize_row(row, K, bits, group, q + r * words, fs, fb);
@@ -180,12 +140,12 @@ static void put_mat(writer *w, const char *base, const dd_weight *const *parts, 
         free(fs);
         free(fb);
         shape[nd - 1] = words;
-        wadd(w, name, DD_ST_U32, nd, shape, q);
+        dd_st_list_add(&w->l, name, DD_ST_U32, nd, shape, q);
         shape[nd - 1] = ng;
         snprintf(name, sizeof name, "%s.scales", base);
-        wadd(w, name, st_type(p->scale_type), nd, shape, sc);
+        dd_st_list_add(&w->l, name, st_type(p->scale_type), nd, shape, sc);
         snprintf(name, sizeof name, "%s.biases", base);
-        wadd(w, name, st_type(p->scale_type), nd, shape, bi);
+        dd_st_list_add(&w->l, name, st_type(p->scale_type), nd, shape, bi);
     }
     free(row);
     w->done++;
@@ -198,7 +158,7 @@ static dd_weight model_space_embed(writer *w, const dd_model *m) {
     int64_t rows = (int64_t)(c->levels - 1) * c->codebook_size, D = c->dim, I = c->input_dim;
     dd_dtype t = (m->embed.type == DD_Q8 || m->embed.type == DD_Q4) ? DD_F32 : m->embed.type;
     size_t es = t == DD_F32 ? 4 : 2;
-    uint8_t *out = wmalloc(w, (size_t)rows * D * es);
+    uint8_t *out = dd_st_list_alloc(&w->l, (size_t)rows * D * es);
     float *src = malloc((size_t)I * 4), *wr = malloc((size_t)I * 4), *y = malloc((size_t)D * 4);
     if (out && src && wr && y) {
         for (int64_t r = 0; r < rows; r++) {
@@ -211,8 +171,8 @@ static dd_weight model_space_embed(writer *w, const dd_model *m) {
             }
             store(t, y, D, out + (size_t)r * D * es);
         }
-    } else if (!w->st) {
-        w->st = dd_fail(w->err, DD_ENOMEM, "export: out of memory");
+    } else if (!w->l.st) {
+        w->l.st = dd_fail(w->l.err, DD_ENOMEM, "export: out of memory");
     }
     free(src);
     free(wr);
@@ -253,7 +213,7 @@ static dd_status build_image(const dd_model *m, const dd_export_params *p, uint8
         return dd_fail(err, DD_EINVAL, "convert: dense type must be f32, f16 or bf16, without quantization");
     if (p->bits && p->scale_type != DD_F32 && p->scale_type != DD_F16 && p->scale_type != DD_BF16)
         return dd_fail(err, DD_EINVAL, "scale type %s: want f32, f16 or bf16", dd_dtype_name(p->scale_type));
-    writer w = {.p = p, .err = err, .total = 7 * c->layers + 3};
+    writer w = {.l = {.what = "export", .err = err}, .p = p, .total = 7 * c->layers + 3};
     int q = p->bits != 0;
     int64_t Q = c->levels, V = c->codebook_size, D = c->dim;
     char nm[200];
@@ -262,18 +222,18 @@ static dd_status build_image(const dd_model *m, const dd_export_params *p, uint8
     put_vec(&w, "in_proj.bias", m->in_bias, D);
     dd_weight emb = c->embed_in_input_space ? model_space_embed(&w, m) : m->embed;
     put_mat(&w, "embed", (const dd_weight *[]){&emb}, 1, 3, (int64_t[]){Q - 1, V}, q && p->embeddings);
-    if (m->pos) wadd(&w, "pos.weight", DD_ST_F32, 2, (int64_t[]){Q, D}, m->pos);
+    if (m->pos) dd_st_list_add(&w.l, "pos.weight", DD_ST_F32, 2, (int64_t[]){Q, D}, m->pos);
     int gpt = c->block == DD_BLOCK_GPT;
     int64_t qkv_n = (int64_t)(c->heads + 2 * c->kv_heads) * c->head_dim;
     float *qkv_b = NULL;
-    for (int i = 0; i < c->layers && !w.st; i++) {
+    for (int i = 0; i < c->layers && !w.l.st; i++) {
         const dd_layer *l = &m->layer[i];
 #define NM(fmt) (snprintf(nm, sizeof nm, "layers.%d." fmt, i), nm)
         put_vec(&w, NM("norm1.weight"), l->norm1_w, D);
         put_vec(&w, NM("norm1.bias"), l->norm1_b, D);
         put_mat(&w, NM("qkv"), (const dd_weight *[]){&l->wq, &l->wk, &l->wv}, 3, 2, (int64_t[]){qkv_n}, q);
         if (l->bq) {
-            qkv_b = wmalloc(&w, (size_t)qkv_n * 4);
+            qkv_b = dd_st_list_alloc(&w.l, (size_t)qkv_n * 4);
             if (qkv_b) {
                 int64_t nq = l->wq.rows, nk = l->wk.rows;
                 memcpy(qkv_b, l->bq, (size_t)nq * 4);
@@ -298,12 +258,7 @@ static dd_status build_image(const dd_model *m, const dd_export_params *p, uint8
     put_mat(&w, "heads", (const dd_weight *[]){&m->heads}, 1, 3, (int64_t[]){Q - 1, V}, q);
     char cfg[1200];
     config_json(m, p, cfg, sizeof cfg);
-    dd_status s = w.st;
-    if (!s) s = dd_st_serialize(w.t, w.n, "depthdec.config", cfg, img, size, err);
-    for (int i = 0; i < w.nbufs; i++) free(w.bufs[i]);
-    free(w.bufs);
-    free(w.t);
-    return s;
+    return dd_st_list_finish(&w.l, "depthdec.config", cfg, img, size);
 }
 
 dd_status dd_model_export(const dd_model *m, const char *path, const dd_export_params *p, dd_error *err) {
@@ -328,29 +283,12 @@ dd_status dd_model_export_mem(dd_model **out, const dd_model *m, const dd_export
     size_t size;
     dd_status s = build_image(m, &dp, &img, &size, err);
     if (s) return s;
-    dd_model *n = calloc(1, sizeof *n);
-    dd_st_file *f = n ? calloc(1, sizeof *f) : NULL;
-    if (!f) {
-        free(n);
-        free(img);
-        return dd_fail(err, DD_ENOMEM, "export: out of memory");
-    }
-    n->maps = f;
-    snprintf(n->source, sizeof n->source, "%.480s (%s)", m->source,
-             dp.bits == 8 ? "q8" : dp.bits == 4 ? "q4" : "re-exported");
-    s = dd_st_open_mem(f, n->source, img, size, err);
-    if (!s) {
-        n->nmaps = 1;
-        json_error_t je;
-        json_t *cj = json_loads(dd_st_meta(f, "depthdec.config"), 0, &je);
-        s = cj ? dd_config_parse_native(n->source, cj, &n->cfg, err) : dd_fail(err, DD_EMODEL, "export: config");
-        json_decref(cj);
-    }
-    if (!s) s = dd_model_load_from_maps(n, n->source, 0, err);
-    if (s) {
-        dd_model_free(n);
-        return s;
-    }
-    *out = n;
-    return DD_OK;
+    char label[512];
+    snprintf(label, sizeof label, "%.480s (%s)", m->source, dp.bits == 8 ? "q8" : dp.bits == 4 ? "q4" : "re-exported");
+    return dd_model_from_image(out, label, img, size, err);
+}
+
+/* The same as dd_model_export with default parameters (kept as the short name). */
+dd_status dd_model_save(const dd_model *m, const char *path, dd_error *err) {
+    return dd_model_export(m, path, NULL, err);
 }

@@ -660,5 +660,30 @@ dd_status dd_model_load(dd_model **out, const char *path, dd_error *err) {
     return DD_OK;
 }
 
-/* The same as dd_model_export with default parameters (kept as the short name). */
-dd_status dd_model_save(const dd_model *m, const char *path, dd_error *err) { return dd_model_export(m, path, NULL, err); }
+dd_status dd_model_from_image(dd_model **out, const char *label, uint8_t *img, size_t size, dd_error *err) {
+    *out = NULL;
+    dd_model *m = calloc(1, sizeof *m);
+    dd_st_file *f = m ? calloc(1, sizeof *f) : NULL;
+    if (!f) {
+        free(m);
+        free(img);
+        return dd_fail(err, DD_ENOMEM, "%s: out of memory", label);
+    }
+    m->maps = f;
+    snprintf(m->source, sizeof m->source, "%s", label);
+    dd_status s = dd_st_open_mem(f, label, img, size, err);
+    if (!s) {
+        m->nmaps = 1;
+        json_error_t je;
+        json_t *cj = json_loads(dd_st_meta(f, "depthdec.config"), 0, &je);
+        s = cj ? dd_config_parse_native(label, cj, &m->cfg, err) : dd_fail(err, DD_EMODEL, "%s: config", label);
+        json_decref(cj);
+    }
+    if (!s) s = dd_model_load_from_maps(m, label, 0, err);
+    if (s) {
+        dd_model_free(m);
+        return s;
+    }
+    *out = m;
+    return DD_OK;
+}

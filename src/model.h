@@ -85,4 +85,9 @@ void *dd_model_own(dd_model *m, void *p);
  * csm: HF CSM names, else native names. Used by dd_model_load and by the synthetic models. */
 dd_status dd_model_load_from_maps(dd_model *m, const char *label, int csm, dd_error *err);
 
+/* A model from a native-layout safetensors image in memory (config in __metadata__["depthdec.config"]) named
+ * `label`; takes ownership of img (freed with the model, or here on failure). The synthetic models and
+ * dd_model_export_mem are built this way. */
+dd_status dd_model_from_image(dd_model **out, const char *label, uint8_t *img, size_t size, dd_error *err);
+
 #endif

@@ -284,6 +284,62 @@ dd_status dd_st_serialize(const dd_st_out *t, int n, const char *meta_key, const
     return DD_OK;
 }
 
+void *dd_st_list_own(dd_st_list *l, void *p) {
+    void **nb = p && !l->st ? realloc(l->bufs, (size_t)(l->nbufs + 1) * sizeof *nb) : NULL;
+    if (!nb) {
+        free(p);
+        if (!l->st) l->st = dd_fail(l->err, DD_ENOMEM, "%s: out of memory", l->what);
+        return NULL;
+    }
+    l->bufs = nb;
+    l->bufs[l->nbufs++] = p;
+    return p;
+}
+
+void *dd_st_list_alloc(dd_st_list *l, size_t n) {
+    if (l->st) return NULL;
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        l->st = dd_fail(l->err, DD_ENOMEM, "%s: out of memory (%zu bytes)", l->what, n);
+        return NULL;
+    }
+    return dd_st_list_own(l, p);
+}
+
+void dd_st_list_add(dd_st_list *l, const char *name, dd_st_dtype dt, int nd, const int64_t *shape, const void *data) {
+    if (l->st) return;
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 64;
+        dd_st_out *nt = realloc(l->t, (size_t)cap * sizeof *nt);
+        if (!nt) {
+            l->st = dd_fail(l->err, DD_ENOMEM, "%s: out of memory", l->what);
+            return;
+        }
+        l->t = nt;
+        l->cap = cap;
+    }
+    dd_st_out *o = &l->t[l->n++];
+    memset(o, 0, sizeof *o);
+    snprintf(o->name, sizeof o->name, "%s", name);
+    o->dtype = dt;
+    o->ndim = nd;
+    memcpy(o->shape, shape, (size_t)nd * sizeof *shape);
+    o->data = data;
+}
+
+dd_status dd_st_list_finish(dd_st_list *l, const char *meta_key, const char *meta_val, uint8_t **buf,
+                            size_t *size) {
+    dd_status s = l->st;
+    if (!s) s = dd_st_serialize(l->t, l->n, meta_key, meta_val, buf, size, l->err);
+    for (int i = 0; i < l->nbufs; i++) free(l->bufs[i]);
+    free(l->bufs);
+    free(l->t);
+    l->bufs = NULL;
+    l->t = NULL;
+    l->n = l->cap = l->nbufs = 0;
+    return s;
+}
+
 dd_status dd_write_file_atomic(const char *path, const void *data, size_t size, dd_error *err) {
     char tmp[1100];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());

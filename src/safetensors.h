@@ -56,6 +56,29 @@ typedef struct dd_st_out {
  * out in the given order; the header is padded with spaces to a multiple of 8 bytes. */
 dd_status dd_st_serialize(const dd_st_out *t, int n, const char *meta_key, const char *meta_val, uint8_t **buf,
                           size_t *size, dd_error *err);
+/* A tensor list being built for dd_st_serialize (the synthetic models, export): the tensors in order and the
+ * buffers behind them, owned by the list. The first failure is kept in `st` (and in *err, its message starting
+ * with `what`); after it every call does nothing and returns NULL. Start from {.what = ..., .err = ...}. */
+typedef struct dd_st_list {
+    const char *what; /* names the caller in messages: "export", "synthetic model" */
+    dd_error *err;
+    dd_status st;
+    dd_st_out *t;
+    int n, cap;
+    void **bufs;
+    int nbufs;
+} dd_st_list;
+
+/* Hand the malloc'd buffer p to the list; returns p, or NULL when p is NULL or after a failure (p is freed). */
+void *dd_st_list_own(dd_st_list *l, void *p);
+/* n bytes owned by the list, or NULL (out of memory, or after a failure). */
+void *dd_st_list_alloc(dd_st_list *l, size_t n);
+/* Append a tensor; data is not copied (own it with the list, or keep it alive until serialization). */
+void dd_st_list_add(dd_st_list *l, const char *name, dd_st_dtype dt, int nd, const int64_t *shape, const void *data);
+/* Serialize the list unless a call failed (then its status), and free it either way. */
+dd_status dd_st_list_finish(dd_st_list *l, const char *meta_key, const char *meta_val, uint8_t **buf,
+                            size_t *size);
+
 /* Write bytes to path atomically (temp file + rename); on failure no file is left. */
 dd_status dd_write_file_atomic(const char *path, const void *data, size_t size, dd_error *err);
 /* Binary search by name; NULL when absent. */

@@ -2,7 +2,6 @@
  * loaded through the same parser and name map as a file (so a synthetic model is exactly what dd_model_save
  * writes). Weights come from splitmix64 through exact float operations only (no libm), so every machine builds
  * bit-identical models. Scales keep activations O(1): fan-in scaled uniform weights, norms near 1. */
-#include "config.h"
 #include "model.h"
 #include "quant.h"
 #include "safetensors.h"
@@ -39,89 +38,38 @@ static uint64_t splitmix(uint64_t *s) {
 static float unif(uint64_t *s, float a) { return ((float)(splitmix(s) >> 40) * 0x1p-23f - 1.0f) * a; }
 
 typedef struct builder {
-    dd_st_out *t;
-    int n, cap;
-    void **bufs;
-    int nbufs;
+    dd_st_list l;
     dd_dtype wt; /* matrix storage */
     uint64_t seed;
-    dd_error *err;
-    int failed;
 } builder;
-
-static void *bmalloc(builder *b, size_t n) {
-    void *p = malloc(n ? n : 1);
-    void **nb = p ? realloc(b->bufs, (size_t)(b->nbufs + 1) * sizeof *nb) : NULL;
-    if (!p || !nb) {
-        free(p);
-        if (!b->failed) dd_fail(b->err, DD_ENOMEM, "synthetic model: out of memory (%zu bytes)", n);
-        b->failed = 1;
-        return NULL;
-    }
-    b->bufs = nb;
-    b->bufs[b->nbufs++] = p;
-    return p;
-}
-
-static void add(builder *b, const char *name, dd_st_dtype dt, int nd, const int64_t *shape, const void *data) {
-    if (b->failed) return;
-    if (b->n == b->cap) {
-        int cap = b->cap ? 2 * b->cap : 64;
-        dd_st_out *nt = realloc(b->t, (size_t)cap * sizeof *nt);
-        if (!nt) {
-            dd_fail(b->err, DD_ENOMEM, "synthetic model: out of memory");
-            b->failed = 1;
-            return;
-        }
-        b->t = nt;
-        b->cap = cap;
-    }
-    dd_st_out *o = &b->t[b->n++];
-    memset(o, 0, sizeof *o);
-    snprintf(o->name, sizeof o->name, "%s", name);
-    o->dtype = dt;
-    o->ndim = nd;
-    for (int i = 0; i < nd; i++) o->shape[i] = shape[i];
-    o->data = data;
-}
 
 /* Fill n floats: center + uniform(-a, a), each tensor from its own stream so adding one changes no other. */
 static float *gen(builder *b, size_t n, float center, float a) {
-    float *x = malloc(n * sizeof *x);
+    float *x = b->l.st ? NULL : malloc(n * sizeof *x);
     if (!x) {
-        if (!b->failed) dd_fail(b->err, DD_ENOMEM, "synthetic model: out of memory");
-        b->failed = 1;
+        if (!b->l.st) b->l.st = dd_fail(b->l.err, DD_ENOMEM, "synthetic model: out of memory");
         return NULL;
     }
-    uint64_t s = b->seed ^ (0x1234567ull * (uint64_t)(b->n + 1));
+    uint64_t s = b->seed ^ (0x1234567ull * (uint64_t)(b->l.n + 1));
     for (size_t i = 0; i < n; i++) x[i] = center + unif(&s, a);
     return x;
 }
 
 /* Store float values x (freed here) as a tensor of dense type t. */
 static void put_dense(builder *b, const char *name, int nd, const int64_t *shape, float *x, size_t n, dd_dtype t) {
-    if (b->failed || !x) {
+    if (b->l.st || !x) {
         free(x);
         return;
     }
     if (t == DD_F32) {
-        void **nb = realloc(b->bufs, (size_t)(b->nbufs + 1) * sizeof *nb);
-        if (!nb) {
-            free(x);
-            dd_fail(b->err, DD_ENOMEM, "synthetic model: out of memory");
-            b->failed = 1;
-            return;
-        }
-        b->bufs = nb;
-        b->bufs[b->nbufs++] = x;
-        add(b, name, DD_ST_F32, nd, shape, x);
+        dd_st_list_add(&b->l, name, DD_ST_F32, nd, shape, dd_st_list_own(&b->l, x));
         return;
     }
-    uint16_t *h = bmalloc(b, n * 2);
+    uint16_t *h = dd_st_list_alloc(&b->l, n * 2);
     if (h)
         for (size_t i = 0; i < n; i++) h[i] = t == DD_F16 ? dd_f32_to_f16(x[i]) : dd_f32_to_bf16(x[i]);
     free(x);
-    add(b, name, t == DD_F16 ? DD_ST_F16 : DD_ST_BF16, nd, shape, h);
+    dd_st_list_add(&b->l, name, t == DD_F16 ? DD_ST_F16 : DD_ST_BF16, nd, shape, h);
 }
 
 /* A matrix `base`.weight of shape [..rows, cols] in the builder's storage type (q8/q4: MLX affine, group 64,
@@ -140,8 +88,8 @@ static void put_mat(builder *b, const char *base, int nd, const int64_t *shape, 
     if (!x) return;
     int bits = b->wt == DD_Q8 ? 8 : 4, group = 64;
     int64_t words = K * bits / 32, ng = K / group;
-    uint32_t *q = bmalloc(b, rows * (size_t)words * 4);
-    uint16_t *sc = bmalloc(b, rows * (size_t)ng * 2), *bi = bmalloc(b, rows * (size_t)ng * 2);
+    uint32_t *q = dd_st_list_alloc(&b->l, rows * (size_t)words * 4);
+    uint16_t *sc = dd_st_list_alloc(&b->l, rows * (size_t)ng * 2), *bi = dd_st_list_alloc(&b->l, rows * (size_t)ng * 2);
     float *fs = malloc((size_t)ng * 4), *fb = malloc((size_t)ng * 4);
     if (q && sc && bi && fs && fb) {
         for (size_t r = 0; r < rows; r++) {
@@ -151,9 +99,8 @@ static void put_mat(builder *b, const char *base, int nd, const int64_t *shape, 
                 bi[r * ng + g] = dd_f32_to_f16(fb[g]);
             }
         }
-    } else if (!b->failed) {
-        dd_fail(b->err, DD_ENOMEM, "synthetic model: out of memory");
-        b->failed = 1;
+    } else if (!b->l.st) {
+        b->l.st = dd_fail(b->l.err, DD_ENOMEM, "synthetic model: out of memory");
     }
     free(fs);
     free(fb);
@@ -161,12 +108,12 @@ static void put_mat(builder *b, const char *base, int nd, const int64_t *shape, 
     int64_t sh[8];
     memcpy(sh, shape, (size_t)nd * sizeof *sh);
     sh[nd - 1] = words;
-    add(b, name, DD_ST_U32, nd, sh, q);
+    dd_st_list_add(&b->l, name, DD_ST_U32, nd, sh, q);
     sh[nd - 1] = ng;
     snprintf(name, sizeof name, "%s.scales", base);
-    add(b, name, DD_ST_F16, nd, sh, sc);
+    dd_st_list_add(&b->l, name, DD_ST_F16, nd, sh, sc);
     snprintf(name, sizeof name, "%s.biases", base);
-    add(b, name, DD_ST_F16, nd, sh, bi);
+    dd_st_list_add(&b->l, name, DD_ST_F16, nd, sh, bi);
 }
 
 static void put_vec(builder *b, const char *name, int64_t n, float center, float a, dd_dtype t) {
@@ -183,7 +130,7 @@ dd_status dd_model_synthetic(dd_model **out, const char *kind, dd_dtype wt, uint
     if (!k) return dd_fail(err, DD_EINVAL, "synthetic model '%s': unknown (gpt, csm, tiny-gpt, tiny-llama)",
                            kind ? kind : "(null)");
     if ((unsigned)wt > DD_Q4) return dd_fail(err, DD_EINVAL, "synthetic model: bad weight type %d", (int)wt);
-    builder b = {.wt = wt, .seed = seed * 0x9E3779B97F4A7C15ull + 12345, .err = err};
+    builder b = {.l = {.what = "synthetic model", .err = err}, .wt = wt, .seed = seed * 0x9E3779B97F4A7C15ull + 12345};
     dd_dtype vt = (wt == DD_Q8 || wt == DD_Q4) ? DD_F16 : wt; /* storage of non-matrix tensors */
     int64_t Q = k->Q, V = k->V, I = k->I, D = k->D, H = k->H, KV = k->KV, HD = k->HD, F = k->F;
     float sI = 1.7320508f / sqrtf((float)I), sD = 1.7320508f / sqrtf((float)D), sF = 1.7320508f / sqrtf((float)F),
@@ -232,38 +179,11 @@ dd_status dd_model_synthetic(dd_model **out, const char *kind, dd_dtype wt, uint
              "\"ffn_dim\":%d,\"norm_eps\":1e-05,\"rope\":%s%s}",
              k->llama ? "llama" : "gpt", k->Q, k->V, k->I, k->D, k->L, k->H, k->KV, k->HD, k->F, rope, quant);
 
-    dd_status s = b.failed ? (err ? err->code : DD_ENOMEM) : DD_OK;
     uint8_t *img = NULL;
     size_t size = 0;
-    if (!s) s = dd_st_serialize(b.t, b.n, "depthdec.config", cfg, &img, &size, err);
-    for (int i = 0; i < b.nbufs; i++) free(b.bufs[i]);
-    free(b.bufs);
-    free(b.t);
+    dd_status s = dd_st_list_finish(&b.l, "depthdec.config", cfg, &img, &size);
     if (s) return s;
     char label[128];
     snprintf(label, sizeof label, "synthetic %s %s", k->name, dd_dtype_name(wt));
-    dd_model *m = calloc(1, sizeof *m);
-    dd_st_file *f = m ? calloc(1, sizeof *f) : NULL;
-    if (!f) {
-        free(m);
-        free(img);
-        return dd_fail(err, DD_ENOMEM, "%s: out of memory", label);
-    }
-    m->maps = f;
-    snprintf(m->source, sizeof m->source, "%s", label);
-    s = dd_st_open_mem(f, label, img, size, err);
-    if (!s) {
-        m->nmaps = 1;
-        json_error_t je;
-        json_t *cj = json_loads(dd_st_meta(f, "depthdec.config"), 0, &je);
-        s = cj ? dd_config_parse_native(label, cj, &m->cfg, err) : dd_fail(err, DD_EMODEL, "%s: config", label);
-        json_decref(cj);
-    }
-    if (!s) s = dd_model_load_from_maps(m, label, 0, err);
-    if (s) {
-        dd_model_free(m);
-        return s;
-    }
-    *out = m;
-    return DD_OK;
+    return dd_model_from_image(out, label, img, size, err);
 }

@@ -1,7 +1,7 @@
 /* End-to-end: every backend other than ref, judged by ref on the synthetic models.
  *
- * Backends: cpu at every instruction set this machine supports (generic C, AVX2, AVX-512; forced through
- * dd_cpu_force_isa), and cuda when built and a device is present. For each:
+ * Backends: cpu at every instruction set this machine supports (generic C, AVX2, AVX-512; set per decoder with
+ * dd_cpu_decoder_use_isa), and cuda when built and a device is present. For each:
  *   score      teacher-forced logits (and logits0) within 1e-4 * max|ref| (the fixture threshold) on the tiny gpt
  *              and llama models in every weight type;
  *   codes      decoded codes identical to ref's for the same seeds on >= 99.9% of (stream, level) pairs over 256
@@ -84,11 +84,10 @@ static dd_decoder *make(const dd_model *m, dd_backend b, int isa, int max_batch,
     p.backend = b;
     p.max_batch = max_batch;
     p.threads = threads;
-    if (b == DD_BACKEND_CPU) assert_int_equal(dd_cpu_force_isa(isa), 0);
     dd_decoder *d = NULL;
     dd_error e;
     dd_status s = dd_decoder_create(&d, m, &p, &e);
-    dd_cpu_force_isa(-1);
+    if (!s && b == DD_BACKEND_CPU) s = dd_cpu_decoder_use_isa(d, (dd_cpu_isa)isa, &e);
     if (s) printf("  decoder: %s\n", e.msg);
     assert_int_equal(s, DD_OK);
     assert_int_equal(dd_decoder_backend(d), b);

@@ -616,28 +616,50 @@ static void test_activations(void **state) {
 static void test_isa_dispatch(void **state) {
     (void)state;
     assert_true(dd_cpu_isa_supported(DD_CPU_GENERIC));
+    /* the automatic choice is the widest supported set, or the one $DD_CPU_ISA names (read at each call) */
+    char *saved = getenv("DD_CPU_ISA") ? strdup(getenv("DD_CPU_ISA")) : NULL;
+    unsetenv("DD_CPU_ISA");
     const dd_cpu_kern *k = dd_cpu_kernels();
     assert_non_null(k);
     printf("  automatic choice: %s\n", k->name);
-    /* the automatic choice is the widest supported set */
     int best = 0;
     for (int i = 0; i < DD_CPU_NISA; i++)
         if (dd_cpu_isa_supported((dd_cpu_isa)i)) best = i;
-    if (!getenv("DD_CPU_ISA")) assert_ptr_equal(k, dd_cpu_kernels_for((dd_cpu_isa)best));
+    assert_ptr_equal(k, dd_cpu_kernels_for((dd_cpu_isa)best));
     for (int i = 0; i < DD_CPU_NISA; i++) {
+        setenv("DD_CPU_ISA", dd_cpu_isa_name((dd_cpu_isa)i), 1);
         if (dd_cpu_isa_supported((dd_cpu_isa)i)) {
-            assert_int_equal(dd_cpu_force_isa(i), 0);
             assert_string_equal(dd_cpu_kernels()->name, dd_cpu_isa_name((dd_cpu_isa)i));
             assert_true(dd_cpu_kernels()->nr >= 1 && dd_cpu_kernels()->nr <= DD_CPU_ACC_LD);
             assert_true(dd_cpu_kernels()->tr >= 1 && dd_cpu_kernels()->tr <= DD_CPU_TR_MAX);
         } else {
-            assert_int_equal(dd_cpu_force_isa(i), -1);
+            assert_ptr_equal(dd_cpu_kernels(), k); /* unsupported here: the automatic choice */
             assert_null(dd_cpu_kernels_for((dd_cpu_isa)i));
         }
     }
-    assert_int_equal(dd_cpu_force_isa(-1), 0);
+    setenv("DD_CPU_ISA", "sse9", 1);
     assert_ptr_equal(dd_cpu_kernels(), k);
-    assert_int_equal(dd_cpu_force_isa(99), -1);
+    if (saved) setenv("DD_CPU_ISA", saved, 1);
+    else unsetenv("DD_CPU_ISA");
+    free(saved);
+    /* per decoder: dd_cpu_decoder_use_isa sets a cpu decoder's set and refuses the rest */
+    dd_model *m = NULL;
+    dd_decoder *d = NULL, *r = NULL;
+    dd_error e;
+    assert_int_equal(dd_model_synthetic(&m, "tiny-gpt", DD_F32, 1, &e), DD_OK);
+    dd_decoder_params p = dd_decoder_default_params();
+    p.backend = DD_BACKEND_CPU;
+    assert_int_equal(dd_decoder_create(&d, m, &p, &e), DD_OK);
+    p.backend = DD_BACKEND_REF;
+    assert_int_equal(dd_decoder_create(&r, m, &p, &e), DD_OK);
+    for (int i = 0; i < DD_CPU_NISA; i++)
+        assert_int_equal(dd_cpu_decoder_use_isa(d, (dd_cpu_isa)i, &e),
+                         dd_cpu_isa_supported((dd_cpu_isa)i) ? DD_OK : DD_EUNSUPPORTED);
+    assert_int_equal(dd_cpu_decoder_use_isa(d, (dd_cpu_isa)99, &e), DD_EUNSUPPORTED);
+    assert_int_equal(dd_cpu_decoder_use_isa(r, DD_CPU_GENERIC, &e), DD_EINVAL);
+    dd_decoder_free(d);
+    dd_decoder_free(r);
+    dd_model_free(m);
 }
 
 int main(void) {

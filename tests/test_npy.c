@@ -1,4 +1,4 @@
-/* Tests of src/npy.c: round trips, hand-made headers, every rejected input, the CLI conversions, atomic writes,
+/* Tests of tools/npy.c: round trips, hand-made headers, every rejected input, the CLI conversions, atomic writes,
  * and (when python3 + numpy are installed) files made by numpy itself and our files read by numpy.
  *
  * Data are fresh random bits each run; the seed is printed, and DD_TEST_SEED=<n> replays a run. All files live in
