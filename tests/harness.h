@@ -1,8 +1,8 @@
 /* The harness every test program shares (the Makefile links every .c file of tests/ that is not a test_
- * program into each test program): the run's seed and random inputs, output poisoning, the tolerance rule, scratch files, and the
- * kernel harness proper — test weights in every storage type with their exact values, and the float64 reference
- * maths of the src/kernels.h contracts (linear, attend) that test_kernels.c (every CPU instruction set, and CUDA
- * when present) and test_cuda.c judge their kernels with.
+ * program into each test program): the run's seed and random inputs, output poisoning, the tolerance rule,
+ * scratch files, and the kernel harness proper — test weights in every storage type with their exact values,
+ * and the float64 reference maths of the src/kernels.h contracts (linear, attend) that test_kernels.c (every CPU
+ * instruction set, and CUDA when present) and test_cuda.c judge their kernels with.
  *
  * Seeds: every run draws a fresh seed (from /dev/urandom) unless DD_TEST_SEED=<n> is set, and prints it, so a
  * failure can be replayed. Poisoning: outputs are NaN-filled before the code under test runs, so an element it

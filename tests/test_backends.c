@@ -32,7 +32,9 @@
 #include "harness.h"
 #include "model.h"
 
-static float normalish(void) { return (float)((rnd_unif() + rnd_unif() + rnd_unif() + rnd_unif() - 2.0) * 1.7); }
+static float normalish(void) { /* random inputs: the harness's generator (harness.h) */
+    return (float)((rnd_unif() + rnd_unif() + rnd_unif() + rnd_unif() - 2.0) * 1.7);
+}
 
 /* ---- backends under test --------------------------------------------------------------------------------- */
 
@@ -213,7 +215,8 @@ static void test_codes_vs_ref(void **state) {
                 long pairs = 0, same[8] = {0};
                 for (int call = 0; call < calls; call++) {
                     float *h = rand_hidden(m, n);
-                    int32_t *c0 = th_rand_codes(m, n, 1), *cr = malloc((size_t)n * Q * 4), *cx = malloc((size_t)n * Q * 4);
+                    int32_t *c0 = th_rand_codes(m, n, 1), *cr = malloc((size_t)n * Q * 4);
+                    int32_t *cx = malloc((size_t)n * Q * 4);
                     uint64_t seeds[64], frames[64];
                     for (int i = 0; i < n; i++) {
                         seeds[i] = rnd64();

@@ -2,8 +2,8 @@
  * backend ("skipped: built without CUDA") or the machine no usable device ("skipped: no CUDA device").
  *
  *   linear     dd_cuda_linear_host against the float64 reference of tests/harness.c (TH_TOL_LINEAR), on fresh
- *              random shapes (odd N and K, T from 1 to 40), every weight type (f32, f16, bf16, MLX q8/q4 with groups 8..128 and every
- *              scale type), every norm/activation/epilogue; outputs NaN-poisoned. Each case runs on both device
+ *              random shapes (odd N and K, T from 1 to 40), every weight type (f32, f16, bf16, MLX q8/q4 with
+ *              groups 8..128 and every scale type), every norm/activation/epilogue; outputs NaN-poisoned. Each case runs on both device
  *              schedules (small-batch and large-batch, forced) and the two results must be bit-identical, and
  *              the first and last row must come out bit-identical when computed alone (T = 1): the foundation of
  *              batch invariance.
