@@ -100,6 +100,8 @@ $(BUILD)/depthdec: tools/depthdec.c $(NPY_OBJ) $(BUILD)/libdepthdec.a
 $(BUILD)/tobj/%.o: tests/%.c $(wildcard tests/*.h src/*.h) include/depthdec.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -Itools -c $< -o $@
+# the shared test objects (tests/harness.c ...) are kept, not deleted as intermediates after each link
+.SECONDARY: $(TEST_COMMON_OBJ)
 
 # Tests that run the CLI find it through DD_CLI (the binary of the same build).
 $(BUILD)/test_%: tests/test_%.c $(TEST_COMMON_OBJ) $(NPY_OBJ) $(BUILD)/libdepthdec.a $(BUILD)/depthdec \

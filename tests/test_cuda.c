@@ -1,13 +1,14 @@
 /* GPU tests of the cuda backend (src/cuda/). Every test skips, saying so plainly, when the build has no CUDA
  * backend ("skipped: built without CUDA") or the machine no usable device ("skipped: no CUDA device").
  *
- *   linear     dd_cuda_linear_host against double-precision math written here, on fresh random shapes (odd N and
- *              K, T from 1 to 40), every weight type (f32, f16, bf16, MLX q8/q4 with groups 8..128 and every
- *              scale type), every norm/activation/epilogue; outputs NaN-poisoned. Each case runs on both device
+ *   linear     dd_cuda_linear_host against the float64 reference of tests/harness.c (TH_TOL_LINEAR), on fresh
+ *              random shapes (odd N and K, T from 1 to 40), every weight type (f32, f16, bf16, MLX q8/q4 with
+ *              groups 8..128 and every scale type), every norm/activation/epilogue; outputs NaN-poisoned. Each case runs on both device
  *              schedules (small-batch and large-batch, forced) and the two results must be bit-identical, and
  *              the first and last row must come out bit-identical when computed alone (T = 1): the foundation of
  *              batch invariance.
- *   attend     dd_cuda_attend_host against double math: MHA/GQA, RoPE, odd head dims, 1..32 new positions.
+ *   attend     dd_cuda_attend_host against the harness's float64 reference (TH_TOL_ATTEND, TH_TOL_ROPE): MHA/GQA,
+ *              RoPE, odd head dims, 1..32 new positions, up to 64 keys; outputs and new cache rows NaN-poisoned.
  *   sample     dd_cuda_sample_host bit-identical to dd_sample_core on many random rows with ties, NaN, +-inf,
  *              rows without a finite logit, every temperature/top-k regime (greedy, K = 1, K >= V, tiny T).
  *   e2e        through the public API against the ref backend: teacher-forced logits within 1e-4 * max|ref|,
@@ -33,10 +34,10 @@
 #include <time.h>
 
 #include "depthdec.h"
+#include "harness.h"
 #include "kernels.h"
 #include "model.h"
 #include "sample.h"
-#include "util.h"
 
 #ifdef DD_WITH_CUDA
 void dd_cuda_test_force_big(int on);                            /* src/cuda/host_entry.cu */
@@ -67,281 +68,75 @@ static int cuda_ready(void) {
     } while (0)
 
 static int g_quick;
-static uint64_t g_seed, g_rng;
-static uint64_t rnd64(void) {
-    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static double unif(void) { return (double)(rnd64() >> 11) * 0x1p-53; }
-static float sym(float a) { return (float)((2 * unif() - 1) * a); }
-static int below(int n) { return (int)(rnd64() % (uint64_t)n); }
-
-static int setup(void **state) {
-    (void)state;
-    g_rng = g_seed;
-    return 0;
-}
 
 #ifdef DD_WITH_CUDA
 
-static uint32_t f2u(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
 /* ---- linear ---------------------------------------------------------------------------------------------- */
-
-typedef struct tw {
-    dd_weight w;
-    double *val;
-    uint8_t *buf[3];
-} tw;
-
-static void sb_put(dd_dtype t, uint8_t *p, float v) {
-    uint16_t h;
-    if (t == DD_F32) memcpy(p, &v, 4);
-    else {
-        h = t == DD_F16 ? dd_f32_to_f16(v) : dd_f32_to_bf16(v);
-        memcpy(p, &h, 2);
-    }
-}
-static float sb_get(dd_dtype t, const uint8_t *p) {
-    if (t == DD_F32) return dd_ldf32(p);
-    uint16_t h = dd_ld16(p);
-    return t == DD_F16 ? dd_f16_to_f32(h) : dd_bf16_to_f32(h);
-}
-
-/* rows x cols of `type` (quantized: group, scale type sbt), values ~ a, at an odd address when mis */
-static void tw_make(tw *t, dd_dtype type, int rows, int cols, int group, dd_dtype sbt, float a, int mis) {
-    memset(t, 0, sizeof *t);
-    dd_weight *w = &t->w;
-    w->type = type;
-    w->rows = rows;
-    w->cols = cols;
-    t->val = malloc((size_t)rows * cols * sizeof(double));
-    if (type <= DD_BF16) {
-        size_t es = dd_dtype_size(type);
-        w->row_bytes = (size_t)cols * es;
-        t->buf[0] = malloc(w->row_bytes * rows + 8);
-        uint8_t *d = t->buf[0] + mis;
-        w->data = d;
-        for (size_t i = 0; i < (size_t)rows * cols; i++) {
-            float v = sym(a);
-            if (type == DD_F32) memcpy(d + 4 * i, &v, 4);
-            else {
-                uint16_t h = type == DD_F16 ? dd_f32_to_f16(v) : dd_f32_to_bf16(v);
-                memcpy(d + 2 * i, &h, 2);
-                v = type == DD_F16 ? dd_f16_to_f32(h) : dd_bf16_to_f32(h);
-            }
-            t->val[i] = v;
-        }
-        return;
-    }
-    int bits = type == DD_Q8 ? 8 : 4, ng = cols / group;
-    size_t es = dd_dtype_size(sbt);
-    w->group = group;
-    w->sb_type = sbt;
-    w->row_bytes = (size_t)cols * bits / 8;
-    w->sb_row_bytes = (size_t)ng * es;
-    for (int i = 0; i < 3; i++) t->buf[i] = calloc((i ? w->sb_row_bytes : w->row_bytes) * rows + 8, 1);
-    uint8_t *d = t->buf[0] + mis, *sc = t->buf[1] + mis, *bi = t->buf[2] + mis;
-    w->data = d;
-    w->scales = sc;
-    w->biases = bi;
-    float qmax = (float)((1 << bits) - 1);
-    for (int r = 0; r < rows; r++)
-        for (int g = 0; g < ng; g++) {
-            sb_put(sbt, sc + (size_t)r * w->sb_row_bytes + g * es, (float)(2 * a / qmax * (0.5 + unif())));
-            sb_put(sbt, bi + (size_t)r * w->sb_row_bytes + g * es, sym(a) - a * 0.5f);
-        }
-    for (int r = 0; r < rows; r++)
-        for (int k = 0; k < cols; k++) {
-            uint32_t q = (uint32_t)below(1 << bits);
-            size_t bit = (size_t)k * bits;
-            d[(size_t)r * w->row_bytes + bit / 8] |= (uint8_t)(q << (bit % 8));
-            float s = sb_get(sbt, sc + (size_t)r * w->sb_row_bytes + (k / group) * es);
-            float b = sb_get(sbt, bi + (size_t)r * w->sb_row_bytes + (k / group) * es);
-            float sq = s * (float)q;
-            t->val[(size_t)r * cols + k] = (double)(sq + b);
-        }
-}
-static void tw_free(tw *t) {
-    free(t->val);
-    for (int i = 0; i < 3; i++) free(t->buf[i]);
-}
-static float *fvec(size_t n, float a) {
-    float *v = malloc((n ? n : 1) * sizeof(float));
-    for (size_t i = 0; i < n; i++) v[i] = sym(a);
-    return v;
-}
-
-typedef struct lcase {
-    int T, N, K;
-    dd_dtype type, sbt;
-    int group, norm, act, bias, res, inplace, add, bcast, pad, mis;
-} lcase;
 
 static int g_lin_runs;
 static double g_lin_worst;
 
-static void check_linear(const lcase *c) {
-    const int T = c->T, N = c->N, K = c->K;
-    const int ldx = K + (c->pad ? 3 : 0), ldy = N + (c->pad ? 5 : 0), ldr = N + (c->pad ? 2 : 0);
-    const int lda = c->bcast ? 0 : N + (c->pad ? 1 : 0);
-    const int swiglu = c->act == DD_ACT_SWIGLU;
-    tw w, w2;
-    float amp = (float)(1.7 / sqrt((double)K));
-    tw_make(&w, c->type, N, K, c->group, c->sbt, amp, c->mis);
-    if (swiglu) tw_make(&w2, c->type, N, K, c->group, c->sbt, amp, c->mis ? 3 - c->mis : 0);
-    float *x = fvec((size_t)T * ldx, 1.0f);
-    for (int i = 0; i < T * ldx; i++) x[i] = x[i] * 1.5f + 0.3f;
-    float *bias = c->bias ? fvec(N, 0.5f) : NULL, *bias2 = c->bias && swiglu ? fvec(N, 0.5f) : NULL;
-    float *nw = fvec(K, 0.2f), *nb = c->norm == DD_NORM_LAYER ? fvec(K, 0.3f) : NULL;
-    for (int k = 0; k < K; k++) nw[k] += 1.0f;
-    float *res = c->res ? fvec((size_t)T * ldr, 1.0f) : NULL;
-    float *add = c->add ? fvec(c->bcast ? (size_t)N : (size_t)T * lda, 1.0f) : NULL;
-    const float eps = 1e-5f;
-    /* reference in double, with the accumulation scale */
-    double *want = malloc((size_t)T * N * sizeof(double)), *mag = malloc((size_t)T * N * sizeof(double));
-    double *n = malloc((size_t)K * sizeof(double));
-    for (int t = 0; t < T; t++) {
-        const float *xt = x + (size_t)t * ldx;
-        double mean = 0, var = 0;
-        if (c->norm == DD_NORM_LAYER) {
-            for (int k = 0; k < K; k++) mean += xt[k];
-            mean /= K;
-        }
-        for (int k = 0; k < K; k++) var += (xt[k] - mean) * (xt[k] - mean);
-        double inv = 1.0 / sqrt(var / K + eps);
-        for (int k = 0; k < K; k++) n[k] = c->norm == DD_NORM_NONE ? xt[k] : (xt[k] - mean) * inv * nw[k] + (nb ? nb[k] : 0);
-        for (int j = 0; j < N; j++) {
-            double a = 0, am = 0, u = 0, um = 0;
-            for (int k = 0; k < K; k++) {
-                double p = n[k] * w.val[(size_t)j * K + k];
-                a += p;
-                am += fabs(p);
-            }
-            if (bias) a += bias[j], am += fabs(bias[j]);
-            double h = a, hm = am;
-            if (c->act == DD_ACT_GELU) {
-                h = 0.5 * a * (1 + erf(a / sqrt(2.0)));
-                hm = 1.2 * am;
-            } else if (swiglu) {
-                for (int k = 0; k < K; k++) {
-                    double p = n[k] * w2.val[(size_t)j * K + k];
-                    u += p;
-                    um += fabs(p);
-                }
-                if (bias2) u += bias2[j], um += fabs(bias2[j]);
-                double si = a / (1 + exp(-a));
-                h = si * u;
-                hm = 1.2 * am * fabs(u) + fabs(si) * um;
-            }
-            if (res) h += res[(size_t)t * ldr + j], hm += fabs(res[(size_t)t * ldr + j]);
-            if (add) h += add[(size_t)t * lda + j], hm += fabs(add[(size_t)t * lda + j]);
-            want[(size_t)t * N + j] = h;
-            mag[(size_t)t * N + j] = hm;
-        }
-    }
-    free(n);
+/* One case (harness.h: random inputs, float64 reference) on both device schedules, then its first and last row
+ * alone. */
+static void check_linear(const th_lcase *c) {
+    const int T = c->T, N = c->N;
+    th_linear L;
+    th_linear_make(&L, c);
+    const int ldy = L.ldy;
     float *y[2];
     for (int big = 0; big < 2; big++) {
         y[big] = malloc((size_t)T * ldy * sizeof(float));
-        float *yy = y[big];
-        for (int i = 0; i < T * ldy; i++) yy[i] = NAN;
-        const float *r = res;
-        int ldr_use = ldr;
-        if (res && c->inplace) {
-            for (int t = 0; t < T; t++) memcpy(yy + (size_t)t * ldy, res + (size_t)t * ldr, (size_t)N * 4);
-            r = yy;
-            ldr_use = ldy;
-        }
-        dd_linear_args a = {.y = yy, .ldy = ldy, .x = x, .ldx = ldx, .T = T, .w = &w.w, .bias = bias,
-                            .w2 = swiglu ? &w2.w : NULL, .bias2 = bias2, .norm = c->norm, .norm_w = nw,
-                            .norm_b = nb, .eps = eps, .act = c->act, .residual = r, .ldr = ldr_use, .add = add,
-                            .lda = lda};
+        assert_non_null(y[big]);
+        dd_linear_args a = th_linear_args(&L, y[big]);
         dd_error e;
         dd_cuda_test_force_big(big);
         dd_status st = dd_cuda_linear_host(&a, &e);
         dd_cuda_test_force_big(0);
-        if (st) fail_msg("linear T=%d N=%d K=%d %s: %s", T, N, K, dd_dtype_name(c->type), e.msg);
-        int bad = 0;
-        for (int t = 0; t < T; t++) {
-            for (int j = 0; j < N && bad < 3; j++) {
-                double got = yy[(size_t)t * ldy + j], wt = want[(size_t)t * N + j];
-                double tol = 4e-6 * (mag[(size_t)t * N + j] + fabs(wt)) + 1e-6;
-                if (fabs(got - wt) / tol > g_lin_worst) g_lin_worst = fabs(got - wt) / tol;
-                if (!(fabs(got - wt) <= tol)) {
-                    printf("  FAIL linear (%s schedule) T=%d N=%d K=%d %s g%d norm=%d act=%d: y[%d,%d] = %.9g, want "
-                           "%.9g (tol %.3g)\n",
-                           big ? "large" : "small", T, N, K, dd_dtype_name(c->type), c->group, c->norm, c->act, t, j,
-                           got, wt, tol);
-                    bad++;
-                }
-            }
-            for (int j = N; j < ldy; j++)
-                if (!isnan(yy[(size_t)t * ldy + j])) bad++;
-        }
-        assert_int_equal(bad, 0);
+        if (st) fail_msg("linear T=%d N=%d K=%d %s: %s", T, N, c->K, dd_dtype_name(c->type), e.msg);
+        assert_int_equal(th_linear_check(&L, y[big], big ? "cuda (large schedule)" : "cuda (small schedule)",
+                                         &g_lin_worst),
+                         0);
         g_lin_runs++;
     }
     /* both schedules: the same bits */
     for (int t = 0; t < T; t++)
         for (int j = 0; j < N; j++)
-            if (f2u(y[0][(size_t)t * ldy + j]) != f2u(y[1][(size_t)t * ldy + j]))
-                fail_msg("linear T=%d N=%d K=%d %s: schedules differ at [%d,%d]: %.9g vs %.9g", T, N, K,
+            if (th_bits(y[0][(size_t)t * ldy + j]) != th_bits(y[1][(size_t)t * ldy + j]))
+                fail_msg("linear T=%d N=%d K=%d %s: schedules differ at [%d,%d]: %.9g vs %.9g", T, N, c->K,
                          dd_dtype_name(c->type), t, j, y[0][(size_t)t * ldy + j], y[1][(size_t)t * ldy + j]);
     /* the first and the last row alone (T = 1) give the same bits as inside the batch */
-    if (T > 1 && !(res && c->inplace)) {
+    if (T > 1 && !(c->res && c->inplace)) {
         int rows[2] = {0, T - 1};
         for (int ri = 0; ri < 2; ri++) {
             int t = rows[ri];
-            float *y1 = malloc((size_t)ldy * sizeof(float));
-            for (int i = 0; i < ldy; i++) y1[i] = NAN;
-            dd_linear_args a = {.y = y1, .ldy = ldy, .x = x + (size_t)t * ldx, .ldx = ldx, .T = 1, .w = &w.w,
-                                .bias = bias, .w2 = swiglu ? &w2.w : NULL, .bias2 = bias2, .norm = c->norm,
-                                .norm_w = nw, .norm_b = nb, .eps = eps, .act = c->act,
-                                .residual = res ? res + (size_t)t * ldr : NULL, .ldr = ldr,
-                                .add = add ? add + (size_t)t * lda : NULL, .lda = lda};
+            float *y1 = malloc((size_t)T * ldy * sizeof(float));
+            assert_non_null(y1);
+            dd_linear_args a = th_linear_args(&L, y1); /* then narrowed to row t */
+            a.x = L.x + (size_t)t * L.ldx;
+            a.T = 1;
+            a.residual = L.res ? L.res + (size_t)t * L.ldr : NULL;
+            a.ldr = L.ldr;
+            a.add = L.add ? L.add + (size_t)t * L.lda : NULL;
             dd_error e;
             assert_int_equal(dd_cuda_linear_host(&a, &e), DD_OK);
             for (int j = 0; j < N; j++)
-                if (f2u(y1[j]) != f2u(y[0][(size_t)t * ldy + j]))
-                    fail_msg("linear T=%d N=%d K=%d %s: row %d alone differs at column %d: %.9g vs %.9g", T, N, K,
+                if (th_bits(y1[j]) != th_bits(y[0][(size_t)t * ldy + j]))
+                    fail_msg("linear T=%d N=%d K=%d %s: row %d alone differs at column %d: %.9g vs %.9g", T, N, c->K,
                              dd_dtype_name(c->type), t, j, y1[j], y[0][(size_t)t * ldy + j]);
             free(y1);
         }
     }
     free(y[0]);
     free(y[1]);
-    free(want);
-    free(mag);
-    free(x);
-    free(bias);
-    free(bias2);
-    free(nw);
-    free(nb);
-    free(res);
-    free(add);
-    tw_free(&w);
-    if (swiglu) tw_free(&w2);
+    th_linear_free(&L);
 }
 
-static lcase rand_case(int T, int N, int K, dd_dtype type, int group) {
+/* Random options (harness.h); a LayerNorm here always has its bias. */
+static th_lcase rand_case(int T, int N, int K, dd_dtype type, int group) {
     static const dd_dtype sbts[] = {DD_F16, DD_BF16, DD_F32};
-    lcase c = {.T = T, .N = N, .K = K, .type = type, .sbt = sbts[below(3)], .group = group};
-    c.norm = below(3);
-    c.act = below(3);
-    c.bias = below(2);
-    c.res = below(2);
-    c.inplace = below(2);
-    c.add = below(3) == 0;
-    c.bcast = below(2);
-    c.pad = below(2);
-    c.mis = below(3);
+    dd_dtype sbt = sbts[rnd_below(3)];
+    th_lcase c = th_lcase_rand(T, N, K, type, group, sbt);
+    c.norm_bias = 1;
     return c;
 }
 
@@ -353,26 +148,26 @@ static void test_linear(void **state) {
     const int ncase = g_quick ? 12 : 90;
     for (int i = 0; i < ncase; i++) {
         dd_dtype ty = types[i % 5];
-        int T = i % 7 == 0 ? 9 + below(32) : 1 + below(8);
-        int N = 1 + below(i % 3 ? 80 : 400);
+        int T = i % 7 == 0 ? 9 + rnd_below(32) : 1 + rnd_below(8);
+        int N = 1 + rnd_below(i % 3 ? 80 : 400);
         int K, g = 0;
         if (ty == DD_Q8 || ty == DD_Q4) {
-            g = groups[below(5)];
-            K = g * (1 + below(g >= 64 ? 12 : 24));
+            g = groups[rnd_below(5)];
+            K = g * (1 + rnd_below(g >= 64 ? 12 : 24));
         } else {
-            K = i % 4 == 0 ? 1 + below(40) : 16 * (1 + below(70)) + (i % 2 ? below(16) : 0);
+            K = i % 4 == 0 ? 1 + rnd_below(40) : 16 * (1 + rnd_below(70)) + (i % 2 ? rnd_below(16) : 0);
         }
-        lcase c = rand_case(T, N, K, ty, g);
+        th_lcase c = rand_case(T, N, K, ty, g);
         check_linear(&c);
     }
     /* the seed's shapes: qkv, fc1 with SwiGLU pairs, fc2 with a long K */
     if (!g_quick) {
-        lcase a = rand_case(2, 3072, 1024, DD_BF16, 0);
+        th_lcase a = rand_case(2, 3072, 1024, DD_BF16, 0);
         check_linear(&a);
-        lcase b = rand_case(1, 512, 1024, DD_Q8, 64);
+        th_lcase b = rand_case(1, 512, 1024, DD_Q8, 64);
         b.act = DD_ACT_SWIGLU;
         check_linear(&b);
-        lcase d = rand_case(3, 100, 8192, DD_BF16, 0);
+        th_lcase d = rand_case(3, 100, 8192, DD_BF16, 0);
         check_linear(&d);
     }
     printf("  linear: %d runs within tolerance (worst %.3f of tolerance); schedules and rows bit-identical\n",
@@ -388,69 +183,21 @@ static void test_attend(void **state) {
     double worst = 0;
     for (int ci = 0; ci < ncase; ci++) {
         static const int hd_list[] = {1, 7, 10, 16, 18, 24, 64, 128};
-        int HD = hd_list[below(8)], KV = 1 + below(4), H = KV * (1 + below(4)), rope = HD > 1 && below(2);
-        int T = 1 + below(ci % 5 == 0 ? 32 : 3), p0 = below(33 - T);
+        int HD = hd_list[rnd_below(8)], KV = 1 + rnd_below(4), H = KV * (1 + rnd_below(4));
+        int rope = HD > 1 && rnd_below(2);
+        int T = 1 + rnd_below(ci % 5 == 0 ? 32 : 3), p0 = rnd_below(33 - T);
         if (ci == 1) T = 32, p0 = 32; /* 64 keys: the most a frame can have (DD_MAX_LEVELS) */
-        int Q = p0 + T, kvw = KV * HD, qw = (H + 2 * KV) * HD, half = HD / 2;
-        double inv[DD_MAX_HEAD_DIM];
-        for (int j = 0; j < half; j++) inv[j] = 1.0 / pow(ci % 2 ? 500000.0 : 10000.0, 2.0 * j / HD);
-        float *qkv = fvec((size_t)T * qw, 1.0f), *kc0 = fvec((size_t)Q * kvw, 1.0f), *vc0 = fvec((size_t)Q * kvw, 1.0f);
-        double *kr = malloc((size_t)Q * kvw * sizeof(double)), *vr = malloc((size_t)Q * kvw * sizeof(double));
-        double *qr = malloc((size_t)T * H * HD * sizeof(double)), *want = malloc((size_t)T * H * HD * sizeof(double));
-        for (int i = 0; i < p0 * kvw; i++) kr[i] = kc0[i], vr[i] = vc0[i];
-        for (int t = 0; t < T; t++) {
-            int p = p0 + t;
-            for (int h = 0; h < H + KV; h++) {
-                const float *v = qkv + (size_t)t * qw + (size_t)h * HD;
-                double *o = h < H ? qr + ((size_t)t * H + h) * HD : kr + (size_t)p * kvw + (size_t)(h - H) * HD;
-                for (int j = 0; j < HD; j++) o[j] = v[j];
-                if (rope)
-                    for (int j = 0; j < half; j++) {
-                        double cc = cos(p * inv[j]), s = sin(p * inv[j]);
-                        o[j] = v[j] * cc - v[j + half] * s;
-                        o[j + half] = v[j + half] * cc + v[j] * s;
-                    }
-            }
-            for (int i = 0; i < kvw; i++) vr[(size_t)p * kvw + i] = qkv[(size_t)t * qw + (size_t)(H + KV) * HD + i];
-        }
-        for (int t = 0; t < T; t++)
-            for (int h = 0; h < H; h++) {
-                int kh = h / (H / KV), nk = p0 + t + 1;
-                double sc[DD_MAX_LEVELS], mx = -INFINITY, sum = 0;
-                for (int j = 0; j < nk; j++) {
-                    double d = 0;
-                    for (int i = 0; i < HD; i++) d += qr[((size_t)t * H + h) * HD + i] * kr[(size_t)j * kvw + kh * HD + i];
-                    sc[j] = d / sqrt((double)HD);
-                    if (sc[j] > mx) mx = sc[j];
-                }
-                for (int j = 0; j < nk; j++) sum += (sc[j] = exp(sc[j] - mx));
-                for (int i = 0; i < HD; i++) {
-                    double o = 0;
-                    for (int j = 0; j < nk; j++) o += sc[j] / sum * vr[(size_t)j * kvw + kh * HD + i];
-                    want[((size_t)t * H + h) * HD + i] = o;
-                }
-            }
-        float *out = malloc((size_t)T * H * HD * 4), *kc = malloc((size_t)Q * kvw * 4), *vc = malloc((size_t)Q * kvw * 4);
-        for (int i = 0; i < T * H * HD; i++) out[i] = NAN;
-        for (int i = 0; i < Q * kvw; i++) {
-            kc[i] = i < p0 * kvw ? kc0[i] : NAN;
-            vc[i] = i < p0 * kvw ? vc0[i] : NAN;
-        }
-        dd_attend_args a = {.out = out, .kcache = kc, .vcache = vc, .qkv = qkv, .T = T, .p0 = p0, .H = H, .KVH = KV,
-                            .HD = HD, .inv_freq = rope ? inv : NULL};
+        th_attend A;
+        th_attend_make(&A, T, p0, H, KV, HD, rope, ci % 2 ? 500000.0 : 10000.0);
+        float *out = malloc((size_t)T * H * HD * 4), *kc = malloc((size_t)A.Q * A.kvw * 4),
+              *vc = malloc((size_t)A.Q * A.kvw * 4);
+        assert_true(out && kc && vc);
+        dd_attend_args a = th_attend_args(&A, out, kc, vc);
         dd_error e;
         if (dd_cuda_attend_host(&a, &e)) fail_msg("attend: %s", e.msg);
-        for (int i = 0; i < T * H * HD; i++) {
-            double err = fabs(out[i] - want[i]);
-            if (!(err <= 2e-5 * (1 + fabs(want[i]))))
-                fail_msg("attend T=%d p0=%d H=%d KV=%d HD=%d rope=%d: out[%d] = %.8g, want %.8g", T, p0, H, KV, HD,
-                         rope, i, out[i], want[i]);
-            if (err > worst) worst = err;
-        }
-        for (int i = p0 * kvw; i < Q * kvw; i++)
-            if (!(fabs(kc[i] - kr[i]) <= 1e-6 * (1 + fabs(kr[i]))) || vc[i] != (float)vr[i])
-                fail_msg("attend: cache row %d not written right", i / kvw);
-        free(qkv), free(kc0), free(vc0), free(kr), free(vr), free(qr), free(want), free(out), free(kc), free(vc);
+        assert_int_equal(th_attend_check(&A, out, kc, vc, "cuda", &worst), 0);
+        free(out), free(kc), free(vc);
+        th_attend_free(&A);
     }
     printf("  attend: %d cases, worst abs error %.3g\n", ncase, worst);
 }
@@ -465,25 +212,25 @@ static void test_sample(void **state) {
     const int rounds = g_quick ? 6 : 120, n = 48;
     int checked = 0, none = 0;
     for (int r = 0; r < rounds; r++) {
-        int V = Vs[below(9)];
-        float T = Ts[below(7)];
+        int V = Vs[rnd_below(9)];
+        float T = Ts[rnd_below(7)];
         int Kk[] = {0, 1, 2, 50, V - 1, V, V + 7};
-        int K = Kk[below(7)];
+        int K = Kk[rnd_below(7)];
         if (K < 0) K = 0;
-        int level = below(32);
+        int level = rnd_below(32);
         float *z = malloc((size_t)n * V * 4);
         uint64_t seeds[48], frames[48];
         for (int s = 0; s < n; s++) {
             seeds[s] = rnd64();
-            frames[s] = below(4) ? (uint64_t)below(1000) : rnd64();
-            int mode = below(6);
+            frames[s] = rnd_below(4) ? (uint64_t)rnd_below(1000) : rnd64();
+            int mode = rnd_below(6);
             for (int i = 0; i < V; i++) {
-                float v = sym(4.0f);
-                if (mode == 1) v = (float)below(5); /* many ties */
-                if (mode == 2 && below(4) == 0) v = NAN;
-                if (mode == 3 && below(8) == 0) v = below(2) ? INFINITY : -INFINITY;
-                if (mode == 4) v = below(3) ? -INFINITY : (below(2) ? NAN : v); /* few or no finite */
-                if (mode == 5 && below(3) == 0) v = 0.0f * (below(2) ? 1 : -1);
+                float v = rnd_sym(4.0f);
+                if (mode == 1) v = (float)rnd_below(5); /* many ties */
+                if (mode == 2 && rnd_below(4) == 0) v = NAN;
+                if (mode == 3 && rnd_below(8) == 0) v = rnd_below(2) ? INFINITY : -INFINITY;
+                if (mode == 4) v = rnd_below(3) ? -INFINITY : (rnd_below(2) ? NAN : v); /* few or no finite */
+                if (mode == 5 && rnd_below(3) == 0) v = 0.0f * (rnd_below(2) ? 1 : -1);
                 z[(size_t)s * V + i] = v;
             }
         }
@@ -519,14 +266,8 @@ static dd_decoder *make(dd_model *m, dd_backend b, int max_batch) {
 static float *rand_hidden(const dd_model *m, int n) {
     const dd_config *c = dd_model_config(m);
     float *h = malloc((size_t)n * c->input_dim * 4);
-    for (size_t i = 0; i < (size_t)n * c->input_dim; i++) h[i] = sym(1.7f);
+    for (size_t i = 0; i < (size_t)n * c->input_dim; i++) h[i] = rnd_sym(1.7f);
     return h;
-}
-static int32_t *rand_codes(const dd_model *m, int n) {
-    const dd_config *c = dd_model_config(m);
-    int32_t *k = malloc((size_t)n * c->levels * 4);
-    for (int i = 0; i < n * c->levels; i++) k[i] = below(c->codebook_size);
-    return k;
 }
 
 static long g_pairs, g_agree;
@@ -540,13 +281,12 @@ static void e2e(const char *kind, dd_dtype wt, int n, int full) {
     const int Q = c->levels, V = c->codebook_size;
     dd_decoder *ref = make(m, DD_BACKEND_REF, n), *cu = make(m, DD_BACKEND_CUDA, n);
     float *h = rand_hidden(m, n);
-    int32_t *codes = rand_codes(m, n);
+    int32_t *codes = th_rand_codes(m, n, Q);
     size_t nl = (size_t)n * (Q - 1) * V;
     float *lr = malloc(nl * 4), *lc = malloc(nl * 4);
     float *l0r = c->has_head0 ? malloc((size_t)n * V * 4) : NULL, *l0c = c->has_head0 ? malloc((size_t)n * V * 4) : NULL;
-    for (size_t i = 0; i < nl; i++) lc[i] = NAN;
-    if (l0c)
-        for (int i = 0; i < n * V; i++) l0c[i] = NAN;
+    th_poison(lc, nl);
+    if (l0c) th_poison(l0c, (size_t)n * V);
     assert_int_equal(dd_score(ref, n, h, codes, lr, l0r, &e), DD_OK);
     if (dd_score(cu, n, h, codes, lc, l0c, &e)) fail_msg("score: %s", e.msg);
     double mx = 0, err = 0;
@@ -575,7 +315,7 @@ static void e2e(const char *kind, dd_dtype wt, int n, int full) {
     free(c0b);
     printf("  %-10s %-4s n=%-3d max logit err %.3g of max|ref| %.3g; codes %ld/%ld identical to ref\n", kind,
            dd_dtype_name(wt), n, err / mx, mx, agree, pairs);
-    assert_true(err <= 1e-4 * mx);
+    assert_true(err <= TH_LOGIT_REL * mx);
     g_pairs += pairs;
     g_agree += agree;
     free(h), free(codes), free(lr), free(lc), free(l0r), free(l0c), free(cr), free(cc), free(seeds), free(frames);
@@ -602,7 +342,7 @@ static void test_e2e(void **state) {
     }
     printf("  codes identical to ref: %ld of %ld (stream, level) pairs = %.4f%%\n", g_agree, g_pairs,
            100.0 * g_agree / g_pairs);
-    assert_true(g_agree >= 0.999 * g_pairs);
+    assert_true(g_agree >= TH_CODES_SAME * g_pairs);
 }
 
 /* a stream alone and inside a batch of 256: same codes, bit-identical logits */
@@ -614,7 +354,7 @@ static void invariance(const char *kind, dd_dtype wt, int B) {
     const int Q = c->levels, V = c->codebook_size, I = c->input_dim;
     dd_decoder *d = make(m, DD_BACKEND_CUDA, B);
     float *h = rand_hidden(m, B);
-    int32_t *codes = rand_codes(m, B), *out = malloc((size_t)B * Q * 4), one[64];
+    int32_t *codes = th_rand_codes(m, B, Q), *out = malloc((size_t)B * Q * 4), one[64];
     uint64_t *seeds = malloc((size_t)B * 8), *frames = malloc((size_t)B * 8);
     for (int i = 0; i < B; i++) seeds[i] = rnd64(), frames[i] = 1000 + (uint64_t)i;
     dd_sampling s = dd_sampling_default();
@@ -636,7 +376,7 @@ static void invariance(const char *kind, dd_dtype wt, int B) {
                          one[l], B, out[(size_t)r * Q + l]);
         if (dd_score(d, 1, h + (size_t)r * I, codes + (size_t)r * Q, l1, NULL, &e)) fail_msg("score: %s", e.msg);
         for (size_t i = 0; i < nl; i++)
-            if (f2u(l1[i]) != f2u(lb[(size_t)r * nl + i]))
+            if (th_bits(l1[i]) != th_bits(lb[(size_t)r * nl + i]))
                 fail_msg("%s %s: stream %d logit %zu: alone %.9g, in a batch of %d %.9g", kind, dd_dtype_name(wt), r,
                          i, l1[i], B, lb[(size_t)r * nl + i]);
     }
@@ -670,7 +410,7 @@ static void executors(const char *kind, dd_dtype wt, int n) {
     const int Q = c->levels, V = c->codebook_size;
     dd_decoder *d = make(m, DD_BACKEND_CUDA, n);
     float *h = rand_hidden(m, n);
-    int32_t *codes = rand_codes(m, n), *c0 = malloc((size_t)n * 4);
+    int32_t *codes = th_rand_codes(m, n, Q), *c0 = malloc((size_t)n * 4);
     for (int i = 0; i < n; i++) c0[i] = codes[(size_t)i * Q];
     uint64_t *seeds = malloc((size_t)n * 8), *frames = malloc((size_t)n * 8);
     for (int i = 0; i < n; i++) seeds[i] = rnd64(), frames[i] = rnd64() >> 20;
@@ -693,11 +433,11 @@ static void executors(const char *kind, dd_dtype wt, int n) {
         }
     }
     for (size_t i = 0; i < nl; i++)
-        if (f2u(lg[0][i]) != f2u(lg[1][i]))
+        if (th_bits(lg[0][i]) != th_bits(lg[1][i]))
             fail_msg("%s %s n=%d: logit %zu (stream %zu): latency executor %.9g, frame kernel %.9g", kind,
                      dd_dtype_name(wt), n, i, i / ((size_t)(Q - 1) * V), lg[0][i], lg[1][i]);
     for (size_t i = 0; i < n0; i++)
-        if (f2u(l0[0][i]) != f2u(l0[1][i]))
+        if (th_bits(l0[0][i]) != th_bits(l0[1][i]))
             fail_msg("%s %s n=%d: level-0 logit %zu: %.9g vs %.9g", kind, dd_dtype_name(wt), n, i, l0[0][i], l0[1][i]);
     for (int k = 0; k < 4; k++)
         for (int i = 0; i < n * Q; i++)
@@ -748,7 +488,8 @@ static void profile(const char *kind, dd_dtype wt, int B, int frames) {
     const dd_config *c = dd_model_config(m);
     dd_decoder *d = make(m, DD_BACKEND_CUDA, B);
     float *h = rand_hidden(m, B);
-    int32_t *codes = rand_codes(m, B), *out = malloc((size_t)B * c->levels * 4), *c0 = malloc((size_t)B * 4);
+    int32_t *codes = th_rand_codes(m, B, c->levels), *out = malloc((size_t)B * c->levels * 4);
+    int32_t *c0 = malloc((size_t)B * 4);
     for (int i = 0; i < B; i++) c0[i] = codes[(size_t)i * c->levels];
     dd_sampling s = dd_sampling_default();
     assert_int_equal(dd_decode(d, B, h, c0, NULL, NULL, &s, out, &e), DD_OK);
@@ -787,7 +528,8 @@ static void timeline(const char *kind, dd_dtype wt, int B) {
     const dd_config *c = dd_model_config(m);
     dd_decoder *d = make(m, DD_BACKEND_CUDA, B);
     float *h = rand_hidden(m, B);
-    int32_t *codes = rand_codes(m, B), *out = malloc((size_t)B * c->levels * 4), *c0 = malloc((size_t)B * 4);
+    int32_t *codes = th_rand_codes(m, B, c->levels), *out = malloc((size_t)B * c->levels * 4);
+    int32_t *c0 = malloc((size_t)B * 4);
     for (int i = 0; i < B; i++) c0[i] = codes[(size_t)i * c->levels];
     dd_sampling s = dd_sampling_default();
     assert_int_equal(dd_decode(d, B, h, c0, NULL, NULL, &s, out, &e), DD_OK);
@@ -890,20 +632,15 @@ static void test_profile(void **state) { (void)state; NEED_CUDA(); }
 #endif
 
 int main(void) {
-    const char *se = getenv("DD_TEST_SEED");
-    g_seed = se ? strtoull(se, NULL, 0) : (uint64_t)time(NULL);
+    th_seed_init("test_cuda");
     g_quick = getenv("DD_TEST_QUICK") ? (atoi(getenv("DD_TEST_QUICK")) >= 2 ? 2 : 1) : 0;
-    printf("test_cuda: seed %llu (DD_TEST_SEED=%llu replays)%s\n", (unsigned long long)g_seed,
-           (unsigned long long)g_seed, g_quick ? ", quick" : "");
-    (void)unif;
-    (void)sym;
-    (void)below;
+    if (g_quick) printf("test_cuda: quick (DD_TEST_QUICK=%d)\n", g_quick);
     if (getenv("DD_TEST_ONLY") && *getenv("DD_TEST_ONLY")) cmocka_set_test_filter(getenv("DD_TEST_ONLY")); /* e.g. "test_linear" */
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup(test_linear, setup),    cmocka_unit_test_setup(test_attend, setup),
-        cmocka_unit_test_setup(test_sample, setup),    cmocka_unit_test_setup(test_e2e, setup),
-        cmocka_unit_test_setup(test_invariance, setup), cmocka_unit_test_setup(test_executors, setup),
-        cmocka_unit_test_setup(test_profile, setup),
+        cmocka_unit_test_setup(test_linear, th_reseed),     cmocka_unit_test_setup(test_attend, th_reseed),
+        cmocka_unit_test_setup(test_sample, th_reseed),     cmocka_unit_test_setup(test_e2e, th_reseed),
+        cmocka_unit_test_setup(test_invariance, th_reseed), cmocka_unit_test_setup(test_executors, th_reseed),
+        cmocka_unit_test_setup(test_profile, th_reseed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "depthdec.h"
+#include "harness.h" /* tests/harness.h: th_slurp */
 
 /* the harnesses, with their checks failing the test instead of aborting */
 #define FZ_FAIL(what, msg) fail_msg("harness check failed: %s (%s)", what, msg)
@@ -56,20 +57,6 @@ static int parse_status(const char *s) {
     return -1;
 }
 
-static uint8_t *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) fail_msg("%s: %s", path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc(sz > 0 ? (size_t)sz : 1);
-    assert_non_null(b);
-    if (sz > 0 && fread(b, 1, (size_t)sz, f) != (size_t)sz) fail_msg("%s: short read", path);
-    fclose(f);
-    *n = (size_t)sz;
-    return b;
-}
-
 /* fuzz/regressions/EXPECTED: "NAME STATUS" per line, '#' comments. NAME model-* is a fuzz_model input, npy-* a
  * fuzz_npy input. */
 static void test_regressions(void **state) {
@@ -85,7 +72,7 @@ static void test_regressions(void **state) {
         char path[300];
         snprintf(path, sizeof path, REG "%s", name);
         size_t sz;
-        uint8_t *data = slurp(path, &sz);
+        uint8_t *data = th_slurp(path, &sz);
         int got = -2;
         if (strncmp(name, "model-", 6) == 0) got = fz_model_one(data, sz);
         else if (strncmp(name, "npy-", 4) == 0) got = fz_npy_one(data, sz);
@@ -149,7 +136,7 @@ static int run_limited(limited_fn fn, long limit_mb, int above_current, char *ms
 
 static int load_max_config(char *msg, size_t cap) {
     size_t sz;
-    uint8_t *data = slurp(REG "model-max-config-tiny-file", &sz);
+    uint8_t *data = th_slurp(REG "model-max-config-tiny-file", &sz);
     /* the file proper is the input after its mode byte (layout 0: one part, verbatim) */
     char path[300];
     snprintf(path, sizeof path, "%s/max-config.safetensors", fz_tmpdir());

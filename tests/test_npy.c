@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "harness.h"
 #include "npy.h"
 #include "util.h"
 
@@ -20,52 +21,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
-static char g_dir[64];
-static uint64_t g_rng;
+/* ---- helpers (random inputs, the scratch directory, file I/O: harness.h) ---------------------------------- */
 
-/* ---- helpers ---------------------------------------------------------------------------------------------- */
-
-static uint64_t rnd(void) { /* splitmix64 */
-    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 static void rnd_bytes(void *p, size_t n) {
     unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) b[i] = (unsigned char)rnd();
+    for (size_t i = 0; i < n; i++) b[i] = (unsigned char)rnd64();
 }
 /* Uniform in [-8, 8) times 2^-(0..23): spans float16 normals and subnormals without overflowing it. */
 static float rnd_float(void) {
-    return ldexpf((float)((double)(rnd() >> 11) * 0x1p-53 * 16.0 - 8.0), -(int)(rnd() % 24));
+    return ldexpf((float)((double)(rnd64() >> 11) * 0x1p-53 * 16.0 - 8.0), -(int)(rnd64() % 24));
 }
 
-static void mkpath(char *buf, size_t cap, const char *name) { snprintf(buf, cap, "%s/%s", g_dir, name); }
-
-static void write_bytes(const char *path, const void *p, size_t n) {
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(p, 1, n, f), n);
-    assert_int_equal(fclose(f), 0);
-}
-
-/* Read a whole file; *n gets its size. Caller frees. */
-static unsigned char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *p = malloc((size_t)sz + 1);
-    assert_non_null(p);
-    assert_int_equal(fread(p, 1, (size_t)sz, f), (size_t)sz);
-    fclose(f);
-    *n = (size_t)sz;
-    return p;
-}
+static void mkpath(char *buf, size_t cap, const char *name) { th_path(buf, cap, "%s", name); }
 
 /* A .npy by hand: magic, version major.minor, header length (2 bytes LE for major 1, else 4), hdr, data. */
 static void hand_npy(const char *path, int major, int minor, const char *hdr, const void *data, size_t ndata) {
@@ -77,7 +46,7 @@ static void hand_npy(const char *path, int major, int minor, const char *hdr, co
     for (size_t i = 0; i < lens; i++) b[8 + i] = (unsigned char)(hl >> (8 * i));
     memcpy(b + 8 + lens, hdr, hl);
     if (ndata) memcpy(b + 8 + lens + hl, data, ndata);
-    write_bytes(path, b, n);
+    th_write_bytes(path, b, n);
     free(b);
 }
 
@@ -88,9 +57,9 @@ static int is_zero(const void *p, size_t n) {
     return 1;
 }
 
-/* Number of entries in g_dir, and how many of them look like our temp files. */
+/* Number of entries in th_dir, and how many of them look like our temp files. */
 static int dir_entries(int *tmps) {
-    DIR *d = opendir(g_dir);
+    DIR *d = opendir(th_dir);
     assert_non_null(d);
     int n = 0;
     *tmps = 0;
@@ -148,7 +117,7 @@ static void test_roundtrip(void **state) {
 
             /* file layout */
             size_t fn;
-            unsigned char *raw = slurp(path, &fn);
+            unsigned char *raw = th_slurp(path, &fn);
             assert_memory_equal(raw, "\x93NUMPY\x01\x00", 8);
             size_t off = 10 + (size_t)(raw[8] | raw[9] << 8);
             assert_int_equal(off % 64, 0);
@@ -299,7 +268,7 @@ static void test_bad_files(void **state) {
     }
 
     /* raw byte patterns the table cannot express (literal length without its NUL) */
-#define WRITE_LIT(p, lit) write_bytes(p, lit, sizeof lit - 1)
+#define WRITE_LIT(p, lit) th_write_bytes(p, lit, sizeof lit - 1)
     mkpath(path, sizeof path, "raw.npy");
     WRITE_LIT(path, "\x93NUMPX\x01\x00\x10\x00{}");
     expect_read_fail(path, DD_EFORMAT, "magic");
@@ -326,7 +295,7 @@ static void test_bad_files(void **state) {
     /* i/o errors: missing file (strerror in the message), a directory */
     mkpath(path, sizeof path, "does-not-exist.npy");
     expect_read_fail(path, DD_EIO, strerror(ENOENT));
-    expect_read_fail(g_dir, DD_EIO, NULL);
+    expect_read_fail(th_dir, DD_EIO, NULL);
 
     /* NULL arguments */
     dd_npy a;
@@ -397,7 +366,7 @@ static void test_overwrite(void **state) {
     double big[1000];
     rnd_bytes(big, sizeof big);
     int64_t s1[2] = {10, 100}, s2[1] = {3};
-    int32_t small[3] = {(int32_t)rnd(), (int32_t)rnd(), (int32_t)rnd()};
+    int32_t small[3] = {(int32_t)rnd64(), (int32_t)rnd64(), (int32_t)rnd64()};
     dd_error e;
     assert_int_equal(dd_npy_write(path, DD_NPY_F64, 2, s1, big, &e), DD_OK);
     assert_int_equal(dd_npy_write(path, DD_NPY_I32, 1, s2, small, &e), DD_OK);
@@ -435,7 +404,7 @@ static void test_to_f32(void **state) {
     float f32[N * K], *y;
     uint16_t f16[N * K];
     double f64[N * K];
-    for (int i = 0; i < N * K; i++) f32[i] = rnd_float(), f16[i] = (uint16_t)rnd(), f64[i] = (double)rnd_float() / 3;
+    for (int i = 0; i < N * K; i++) f32[i] = rnd_float(), f16[i] = (uint16_t)rnd64(), f64[i] = (double)rnd_float() / 3;
     dd_error e;
     dd_npy a = mem_array(DD_NPY_F32, 2, shape, f32);
     assert_int_equal(dd_npy_to_f32(&a, "h.npy", "--hidden", 2, want_any, &y, &e), DD_OK);
@@ -508,7 +477,7 @@ static void test_to_i32(void **state) {
     int64_t shape[2] = {N, Q}, want[2] = {-1, Q}, want1[1] = {-1};
     int32_t i32[N * Q], *y;
     int64_t i64[N * Q];
-    for (int i = 0; i < N * Q; i++) i32[i] = (int32_t)rnd(), i64[i] = (int32_t)rnd();
+    for (int i = 0; i < N * Q; i++) i32[i] = (int32_t)rnd64(), i64[i] = (int32_t)rnd64();
     i64[0] = INT32_MIN, i64[1] = INT32_MAX;
     dd_error e;
     dd_npy a = mem_array(DD_NPY_I32, 2, shape, i32);
@@ -520,7 +489,7 @@ static void test_to_i32(void **state) {
     for (int i = 0; i < N * Q; i++) assert_int_equal(y[i], i64[i]);
     free(y);
 
-    int k = 1 + (int)(rnd() % (N * Q - 1));
+    int k = 1 + (int)(rnd64() % (N * Q - 1));
     i64[k] = (int64_t)INT32_MAX + 1;
     y = (int32_t *)&e;
     assert_int_equal(dd_npy_to_i32(&a, "c.npy", "--codes", 2, want, &y, &e), DD_EINVAL);
@@ -557,16 +526,16 @@ static void test_numpy(void **state) {
     int32_t iv[NI];
     int64_t q[6];
     for (int i = 0; i < A * B * C; i++) f[i] = rnd_float();
-    for (int i = 0; i < NI; i++) iv[i] = (int32_t)rnd();
-    for (int i = 0; i < 6; i++) q[i] = i < 3 ? (int32_t)rnd() : (int64_t)rnd(); /* in int32 range before index 3 */
+    for (int i = 0; i < NI; i++) iv[i] = (int32_t)rnd64();
+    for (int i = 0; i < 6; i++) q[i] = i < 3 ? (int32_t)rnd64() : (int64_t)rnd64(); /* in int32 range before index 3 */
     q[3] = (int64_t)1 << 40; /* surely outside int32 */
     char path[128];
     mkpath(path, sizeof path, "f.bin");
-    write_bytes(path, f, sizeof f);
+    th_write_bytes(path, f, sizeof f);
     mkpath(path, sizeof path, "i.bin");
-    write_bytes(path, iv, sizeof iv);
+    th_write_bytes(path, iv, sizeof iv);
     mkpath(path, sizeof path, "q.bin");
-    write_bytes(path, q, sizeof q);
+    th_write_bytes(path, q, sizeof q);
     dd_error e;
     int64_t s3[3] = {A, B, C};
     mkpath(path, sizeof path, "ours.npy");
@@ -597,7 +566,7 @@ static void test_numpy(void **state) {
         "o = np.load(d + 'ours0.npy')\n"
         "assert o.dtype == np.dtype('<i8') and o.shape == () and o == q[1, 0], 'ours0.npy'\n";
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "python3 -c \"%s\" %s", script, g_dir);
+    snprintf(cmd, sizeof cmd, "python3 -c \"%s\" %s", script, th_dir);
     assert_int_equal(system(cmd), 0);
 
     static const struct { const char *name; dd_npy_dtype t; int ndim; int64_t shape[3]; } files[] = {
@@ -654,41 +623,12 @@ static void test_numpy(void **state) {
 
 /* ---- main ------------------------------------------------------------------------------------------------- */
 
-static int rm_rf(const char *p) {
-    struct stat sb;
-    if (lstat(p, &sb) != 0) return -1;
-    if (S_ISDIR(sb.st_mode)) {
-        DIR *d = opendir(p);
-        if (!d) return -1;
-        for (struct dirent *e; (e = readdir(d));) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            char sub[512];
-            snprintf(sub, sizeof sub, "%s/%s", p, e->d_name);
-            rm_rf(sub);
-        }
-        closedir(d);
-        return rmdir(p);
-    }
-    return unlink(p);
-}
+static int setup(void **state) { return th_tmpdir("npy"); }
 
-static int setup(void **state) {
-    const char *env = getenv("DD_TEST_SEED");
-    if (env) {
-        g_rng = strtoull(env, NULL, 0);
-    } else {
-        FILE *f = fopen("/dev/urandom", "rb");
-        if (!f || fread(&g_rng, sizeof g_rng, 1, f) != 1) g_rng = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-        if (f) fclose(f);
-    }
-    printf("test_npy: seed %" PRIu64 " (DD_TEST_SEED=%" PRIu64 " replays it)\n", g_rng, g_rng);
-    snprintf(g_dir, sizeof g_dir, "/tmp/dd_npy_XXXXXX");
-    return mkdtemp(g_dir) ? 0 : -1;
-}
-
-static int teardown(void **state) { return rm_rf(g_dir); }
+static int teardown(void **state) { return th_rm_rf(th_dir); }
 
 int main(void) {
+    th_seed_init("test_npy");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip), cmocka_unit_test(test_handmade),  cmocka_unit_test(test_bad_files),
         cmocka_unit_test(test_write_errors), cmocka_unit_test(test_overwrite), cmocka_unit_test(test_to_f32),

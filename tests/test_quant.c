@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include "depthdec.h"
+#include "harness.h"
 #include "model.h"
 #include "npy.h"
 #include "quant.h"
@@ -16,14 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
-
-static uint64_t rng_state;
-static double urand(void) {
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (double)(rng_state >> 11) * 0x1p-53;
-}
 
 static void *read_npy(const char *name, dd_npy *a) {
     char path[256];
@@ -82,8 +76,8 @@ static void test_round_trip_bound(void **st) {
     for (int bits = 8; bits >= 4; bits -= 4)
         for (int group = 32; group <= 128; group *= 2)
             for (int trial = 0; trial < 200; trial++) {
-                double scale = pow(10.0, -4 + 5 * urand()), off = (urand() - 0.5) * scale * (trial % 3);
-                for (int i = 0; i < K; i++) w[i] = (float)((urand() - 0.5) * scale + off);
+                double scale = pow(10.0, -4 + 5 * rnd_unif()), off = (rnd_unif() - 0.5) * scale * (trial % 3);
+                for (int i = 0; i < K; i++) w[i] = (float)((rnd_unif() - 0.5) * scale + off);
                 dd_quantize_row(w, K, bits, group, q, fs, fb);
                 dd_weight v = {.type = bits == 8 ? DD_Q8 : DD_Q4, .rows = 1, .cols = K, .data = (uint8_t *)q,
                                .row_bytes = (size_t)K * bits / 8, .scales = (uint8_t *)fs, .biases = (uint8_t *)fb,
@@ -150,7 +144,7 @@ static float *score(const dd_model *m, int n, const float *h, const int32_t *cod
     if (dd_decoder_create(&d, m, &p, &e)) fail_msg("%s", e.msg);
     size_t nl = (size_t)n * (c->levels - 1) * c->codebook_size;
     float *lg = malloc(nl * sizeof *lg);
-    for (size_t i = 0; i < nl; i++) lg[i] = NAN;
+    th_poison(lg, nl);
     if (dd_score(d, n, h, codes, lg, NULL, &e)) fail_msg("%s", e.msg);
     dd_decoder_free(d);
     return lg;
@@ -159,8 +153,8 @@ static float *score(const dd_model *m, int n, const float *h, const int32_t *cod
 static void random_inputs(const dd_config *c, int n, float **h, int32_t **codes) {
     *h = malloc((size_t)n * c->input_dim * sizeof **h);
     *codes = malloc((size_t)n * c->levels * sizeof **codes);
-    for (int i = 0; i < n * c->input_dim; i++) (*h)[i] = (float)(urand() * 2 - 1);
-    for (int i = 0; i < n * c->levels; i++) (*codes)[i] = (int32_t)(urand() * c->codebook_size);
+    for (int i = 0; i < n * c->input_dim; i++) (*h)[i] = (float)(rnd_unif() * 2 - 1);
+    for (int i = 0; i < n * c->levels; i++) (*codes)[i] = (int32_t)(rnd_unif() * c->codebook_size);
 }
 
 /* A file written by the exporter loads, records the quantization, and scores near the dense model. */
@@ -247,8 +241,7 @@ static void test_bad_arguments(void **st) {
 }
 
 int main(void) {
-    rng_state = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-    printf("test_quant: random seed %llu\n", (unsigned long long)rng_state);
+    th_seed_init("test_quant");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_mlx),     cmocka_unit_test(test_round_trip_bound),
         cmocka_unit_test(test_packing_order),   cmocka_unit_test(test_export_files),

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "depthdec.h"
+#include "harness.h"
 #include "model.h"
 #include "util.h"
 
@@ -21,14 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
-
-static uint64_t rs;
-static double urand(void) {
-    rs = rs * 6364136223846793005ull + 1442695040888963407ull;
-    return (double)(rs >> 11) * 0x1p-53;
-}
 
 static dd_decoder *dec(const dd_model *m, int max_batch) {
     dd_decoder_params p = dd_decoder_default_params();
@@ -43,7 +36,7 @@ static dd_decoder *dec(const dd_model *m, int max_batch) {
 static float *rand_hidden(const dd_model *m, int n) {
     int I = dd_model_config(m)->input_dim;
     float *h = malloc((size_t)n * I * sizeof *h);
-    for (int i = 0; i < n * I; i++) h[i] = (float)(urand() * 3.4 - 1.7);
+    for (int i = 0; i < n * I; i++) h[i] = (float)(rnd_unif() * 3.4 - 1.7);
     return h;
 }
 
@@ -53,7 +46,7 @@ static void test_weight_rows(void **st) {
     uint16_t h16[K], b16[K];
     float want[K], got[K];
     for (int i = 0; i < K; i++) {
-        _Float16 x = (_Float16)((urand() - 0.5) * pow(2.0, (int)(urand() * 30) - 15));
+        _Float16 x = (_Float16)((rnd_unif() - 0.5) * pow(2.0, (int)(rnd_unif() * 30) - 15));
         if (i == 5) x = (_Float16)6e-8; /* subnormal */
         if (i == 6) x = (_Float16)-0.0;
         memcpy(&h16[i], &x, 2);
@@ -63,7 +56,7 @@ static void test_weight_rows(void **st) {
     dd_weight_row_f32(&w, 0, got);
     assert_memory_equal(got, want, sizeof want);
     for (int i = 0; i < K; i++) {
-        float f = (float)(urand() * 100 - 50);
+        float f = (float)(rnd_unif() * 100 - 50);
         uint32_t u;
         memcpy(&u, &f, 4);
         b16[i] = (uint16_t)(u >> 16);
@@ -80,7 +73,7 @@ static void test_weight_rows(void **st) {
         int qv[K];
         memset(buf, 0, sizeof buf);
         for (int i = 0; i < K; i++) {
-            qv[i] = (int)(urand() * (1 << bits));
+            qv[i] = (int)(rnd_unif() * (1 << bits));
             int per = 32 / bits;
             uint32_t word;
             memcpy(&word, q + 4 * (i / per), 4);
@@ -89,7 +82,7 @@ static void test_weight_rows(void **st) {
         }
         float s[3], b[3];
         for (int g = 0; g < 3; g++) {
-            _Float16 hs = (_Float16)(urand() * 0.1 - 0.05), hb = (_Float16)(urand() - 0.5);
+            _Float16 hs = (_Float16)(rnd_unif() * 0.1 - 0.05), hb = (_Float16)(rnd_unif() - 0.5);
             memcpy(sc + 2 * g, &hs, 2);
             memcpy(bi + 2 * g, &hb, 2);
             s[g] = (float)hs;
@@ -121,7 +114,7 @@ static void twin(const char *kind, dd_dtype t) {
     int n = 3;
     float *h = rand_hidden(m, n);
     int32_t *codes = malloc((size_t)n * c->levels * sizeof *codes);
-    for (int i = 0; i < n * c->levels; i++) codes[i] = (int32_t)(urand() * c->codebook_size);
+    for (int i = 0; i < n * c->levels; i++) codes[i] = (int32_t)(rnd_unif() * c->codebook_size);
     size_t nl = (size_t)n * (c->levels - 1) * c->codebook_size;
     float *a = malloc(nl * 4), *b = malloc(nl * 4), *a0 = malloc((size_t)n * c->codebook_size * 4),
           *b0 = malloc((size_t)n * c->codebook_size * 4);
@@ -162,8 +155,8 @@ static void consistency(const char *model_path, const char *kind, dd_sampling s)
     float *h = rand_hidden(m, n);
     uint64_t seeds[5], frames[5];
     for (int i = 0; i < n; i++) {
-        seeds[i] = ((uint64_t)(urand() * 4294967296.0) << 32) | (uint64_t)(urand() * 4294967296.0);
-        frames[i] = (uint64_t)(urand() * 1e12);
+        seeds[i] = ((uint64_t)(rnd_unif() * 4294967296.0) << 32) | (uint64_t)(rnd_unif() * 4294967296.0);
+        frames[i] = (uint64_t)(rnd_unif() * 1e12);
     }
     int32_t *codes = malloc((size_t)n * Q * 4), *one = malloc((size_t)Q * 4);
     dd_decoder *d = dec(m, n);
@@ -304,8 +297,7 @@ static void test_errors_write_nothing(void **st) {
 }
 
 int main(void) {
-    rs = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 40);
-    printf("test_ref: random seed %llu\n", (unsigned long long)rs);
+    th_seed_init("test_ref");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_weight_rows),
         cmocka_unit_test(test_quantized_twins),

@@ -15,40 +15,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "depthdec.h"
+#include "harness.h"
 #include "sample.h"
 
-/* ---- test RNG (splitmix64) ---------------------------------------------------------------------------------- */
-
-static uint64_t g_seed;
-static uint64_t g_rng;
-
-static uint64_t rnd64(void) {
-    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static uint32_t rnd_below(uint32_t n) { return (uint32_t)(rnd64() % n); } /* bias irrelevant here */
-static double rnd_unit(void) { return (double)(rnd64() >> 11) * 0x1p-53; }
-static float rnd_normalish(void) { return (float)((rnd_unit() + rnd_unit() + rnd_unit() - 1.5) * 4.0); }
-
-static int setup_rng(void **state) {
-    (void)state;
-    g_rng = g_seed;
-    return 0;
-}
+/* random inputs: the harness's generator (harness.h) */
+static float rnd_normalish(void) { return (float)((rnd_unif() + rnd_unif() + rnd_unif() - 1.5) * 4.0); }
 
 /* ---- independent helpers ------------------------------------------------------------------------------------ */
-
-static uint32_t f2u(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
 
 /* SPEC §3 point 3 written out from the raw Philox output. */
 static float ref_gumbel(uint64_t seed, uint64_t frame, int level, uint32_t i) {
@@ -171,11 +146,11 @@ static void test_philox_kat(void **state) {
 static void test_gumbel_formula(void **state) {
     (void)state;
     for (int t = 0; t < 200000; t++) {
-        uint64_t seed = rnd64(), frame = (t & 1) ? rnd64() : rnd_below(1000);
-        int level = (int)rnd_below(64);
-        uint32_t i = (t & 2) ? (uint32_t)rnd64() : rnd_below(4096);
+        uint64_t seed = rnd64(), frame = (t & 1) ? rnd64() : (uint64_t)rnd_below(1000);
+        int level = rnd_below(64);
+        uint32_t i = (t & 2) ? (uint32_t)rnd64() : (uint32_t)rnd_below(4096);
         float a = dd_gumbel(seed, frame, level, i), b = ref_gumbel(seed, frame, level, i);
-        if (f2u(a) != f2u(b))
+        if (th_bits(a) != th_bits(b))
             fail_msg("dd_gumbel(%llu, %llu, %d, %u) = %a, want %a", (unsigned long long)seed,
                      (unsigned long long)frame, level, i, (double)a, (double)b);
         assert_true(isfinite(a) && fabsf(a) < 17.0f);
@@ -185,7 +160,7 @@ static void test_gumbel_formula(void **state) {
             dd_gumbel_block(seed, frame, level, i4, g);
             for (uint32_t j = 0; j < 4; j++) {
                 float e = dd_gumbel(seed, frame, level, 4 * i4 + j);
-                if (f2u(g[j]) != f2u(e)) fail_msg("dd_gumbel_block word %u differs", j);
+                if (th_bits(g[j]) != th_bits(e)) fail_msg("dd_gumbel_block word %u differs", j);
             }
         }
     }
@@ -203,7 +178,7 @@ static float pick_tie_value(void) {
     if (r < 6) return -NAN;
     if (r < 8) return INFINITY;
     if (r < 10) return -INFINITY;
-    if (r < 80) return set[rnd_below(sizeof set / sizeof set[0])];
+    if (r < 80) return set[rnd_below((int)(sizeof set / sizeof set[0]))];
     return rnd_normalish();
 }
 
@@ -234,7 +209,7 @@ static void test_order_key(void **state) {
         uint32_t ka = dd_order_key(a), kb = dd_order_key(b);
         if ((ca < cb) != (ka < kb) || (ca == cb) != (ka == kb))
             fail_msg("order key disagrees for %a vs %a", (double)a, (double)b);
-        if (f2u(dd_order_key_to_float(ka)) != f2u(ca)) fail_msg("key round trip of %a", (double)a);
+        if (th_bits(dd_order_key_to_float(ka)) != th_bits(ca)) fail_msg("key round trip of %a", (double)a);
     }
 }
 
@@ -246,7 +221,7 @@ static void check_threshold_all_k(const float *z, int V) {
     qsort(c, (size_t)V, sizeof *c, cmp_desc);
     for (int K = 1; K <= V; K++) {
         float got = dd_topk_threshold(z, V, K), want = canon(c[K - 1]);
-        if (f2u(got) != f2u(want))
+        if (th_bits(got) != th_bits(want))
             fail_msg("V %d K %d: threshold %a, sorted %a", V, K, (double)got, (double)want);
     }
     free(c);
@@ -278,7 +253,7 @@ static void test_topk_threshold(void **state) {
     for (int K = 1; K <= 10; K++) assert_true(dd_topk_threshold(z, 10, K) == -INFINITY);
     /* -0.0 and +0.0 are one value: the threshold is +0.0 whichever is the K-th */
     float zz[5] = {-0.0f, 1.0f, 0.0f, -0.0f, -2.0f};
-    for (int K = 2; K <= 4; K++) assert_int_equal(f2u(dd_topk_threshold(zz, 5, K)), f2u(0.0f));
+    for (int K = 2; K <= 4; K++) assert_int_equal(th_bits(dd_topk_threshold(zz, 5, K)), th_bits(0.0f));
     assert_true(dd_topk_threshold(zz, 5, 5) == -2.0f);
     free(z);
 }
@@ -451,7 +426,7 @@ static void test_reproducible(void **state) {
     int diff_frame = 0, diff_level = 0, diff_seed_hi = 0, diff_frame_hi = 0;
     for (int t = 0; t < N; t++) {
         uint64_t seed = rnd64(), frame = rnd64() >> 1;
-        int level = (int)rnd_below(31);
+        int level = rnd_below(31);
         int32_t c = sample(z, V, 1.0f, 0, seed, frame, level);
         assert_int_equal(sample(z, V, 1.0f, 0, seed, frame, level), c);
         assert_int_equal(dd_sample_core(z, V, 1.0f, 0, seed, frame, level), c);
@@ -474,24 +449,24 @@ static void test_vs_bruteforce(void **state) {
     assert_non_null(z);
     int cases = 0, numeric = 0;
     for (int t = 0; t < 6000; t++) {
-        int V = (t % 100 == 0) ? 2051 : (t % 10 == 0) ? 1 + (int)rnd_below(512) : 1 + (int)rnd_below(40);
-        int style = (int)rnd_below(4);
+        int V = (t % 100 == 0) ? 2051 : (t % 10 == 0) ? 1 + rnd_below(512) : 1 + rnd_below(40);
+        int style = rnd_below(4);
         for (int i = 0; i < V; i++) {
             if (style == 0) z[i] = rnd_normalish();
-            else if (style == 1) z[i] = (float)(int)rnd_below(4); /* heavy ties */
+            else if (style == 1) z[i] = (float)rnd_below(4); /* heavy ties */
             else if (style == 2) z[i] = pick_tie_value();     /* ties, +-0, NaN, +-inf */
             else z[i] = rnd_below(8) == 0 ? NAN : rnd_normalish() * 3.0f;
         }
         int K;
         switch (rnd_below(4)) {
         case 0: K = 0; break;
-        case 1: K = 1 + (int)rnd_below(5); break;
-        case 2: K = 1 + (int)rnd_below((uint32_t)V + 3); break;
+        case 1: K = 1 + rnd_below(5); break;
+        case 2: K = 1 + rnd_below(V + 3); break;
         default: K = 50; break;
         }
         float T = Ts[t % 6 == 5 ? 5 : rnd_below(5)];
         uint64_t seed = rnd64(), frame = (t & 1) ? rnd64() : (uint64_t)t;
-        int level = (int)rnd_below(32);
+        int level = rnd_below(32);
         int32_t want = ref_sample(z, V, T, K, seed, frame, level);
         dd_sampling s = {T, K};
         dd_error err;
@@ -529,22 +504,19 @@ static void test_distribution(void **state) {
 }
 
 int main(void) {
-    const char *env = getenv("DD_TEST_SEED");
-    g_seed = env ? strtoull(env, NULL, 0) : ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid();
-    printf("test_sample: random seed %llu (DD_TEST_SEED=%llu to replay)\n", (unsigned long long)g_seed,
-           (unsigned long long)g_seed);
+    th_seed_init("test_sample");
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup(test_philox_kat, setup_rng),
-        cmocka_unit_test_setup(test_gumbel_formula, setup_rng),
-        cmocka_unit_test_setup(test_order_key, setup_rng),
-        cmocka_unit_test_setup(test_topk_threshold, setup_rng),
-        cmocka_unit_test_setup(test_topk_ties_kept, setup_rng),
-        cmocka_unit_test_setup(test_greedy, setup_rng),
-        cmocka_unit_test_setup(test_nonfinite, setup_rng),
-        cmocka_unit_test_setup(test_argument_checks, setup_rng),
-        cmocka_unit_test_setup(test_reproducible, setup_rng),
-        cmocka_unit_test_setup(test_vs_bruteforce, setup_rng),
-        cmocka_unit_test_setup(test_distribution, setup_rng),
+        cmocka_unit_test_setup(test_philox_kat, th_reseed),
+        cmocka_unit_test_setup(test_gumbel_formula, th_reseed),
+        cmocka_unit_test_setup(test_order_key, th_reseed),
+        cmocka_unit_test_setup(test_topk_threshold, th_reseed),
+        cmocka_unit_test_setup(test_topk_ties_kept, th_reseed),
+        cmocka_unit_test_setup(test_greedy, th_reseed),
+        cmocka_unit_test_setup(test_nonfinite, th_reseed),
+        cmocka_unit_test_setup(test_argument_checks, th_reseed),
+        cmocka_unit_test_setup(test_reproducible, th_reseed),
+        cmocka_unit_test_setup(test_vs_bruteforce, th_reseed),
+        cmocka_unit_test_setup(test_distribution, th_reseed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1170,6 +1170,14 @@ static dd_status build_plan(lt_exec *x, int variant, int n, dd_error *err) {
         pass_ops.push_back(b.add_op(decode ? smp_op(-1, x->lg, 0, NULL, 0, codes_out, 1, 0)
                                            : smp_op(-1, x->lg, 1, codes_in, Q, NULL, 1, 0)));
     }
+    /* a linear without a norm stages its whole input row at once too when it fits (one poll instead of one per
+     * piece): fc2 and out at small batches */
+    for (lt_op &o : b.ops) {
+        if (o.kind != LT_LIN || o.whole) continue;
+        const int T = o.tok_n ? n : 2 * n;
+        if ((size_t)T * cu_act_stride(o.w.KT) * 4 <= LT_ACT_BYTES && (o.w.wm != WM_QINT || T * o.w.NG <= LT_ASUM_FLOATS))
+            o.whole = 1;
+    }
     /* L2 residency: layer weights in op order until the budget is used; heads and prelude weights stream */
     for (int oi : pass_ops) {
         lt_op &o = b.ops[oi];
