@@ -28,6 +28,13 @@ if has quick; then
     DD_TEST_QUICK=2 DD_TEST_ONLY=test_executors timeout 150 $B/test_cuda >"$OUT/quick.log" 2>&1
     echo "quick test_executors rc $?"; grep -vE "^\[ (RUN|  *OK) " "$OUT/quick.log" | tail -25
 fi
+if has tests; then
+    for tq in ${TESTS:-test_executors:0 test_invariance:1 test_e2e:1}; do # name:DD_TEST_QUICK
+        t=${tq%%:*} q=${tq#*:}
+        DD_TEST_QUICK=$q DD_TEST_ONLY=$t timeout ${TT:-240} $B/test_cuda >"$OUT/$t.log" 2>&1
+        echo "$t rc $?"; grep -vE "^\[ (RUN|  *OK) " "$OUT/$t.log" | tail -30
+    done
+fi
 if has timeline; then
     # variants: TL_VARIANTS="name:-DFLAG=1 ..." (lab experiments compiled into the timeline tool only)
     for var in ${TL_VARIANTS:-base:}; do
@@ -49,6 +56,17 @@ fi
 if has sass; then # code size of each device function of the latency kernel (instruction-cache footprint)
     cuobjdump -sass $B/cuobj/lat.o | awk '/Function : /{n=$3} /^ +\/\*[0-9a-f]{4}\*\//{c[n]++} END{for (k in c) printf "%8d B  %s\n", c[k]*16, k}' |
         sort -n | tail -25 | c++filt | cut -c1-140
+fi
+if has lines; then # SASS with source lines of the timeline build: where the code bytes are
+    (cd /tmp && rm -f *.cubin && cuobjdump -xelf all "$OLDPWD/$B/lat_timeline_base" >/dev/null 2>&1; ls *.cubin | head -3)
+    for f in /tmp/*sm_90*.cubin; do nvdisasm -g -c "$f" > "$OUT/lines.sass" 2>&1; done
+    ls -la "$OUT/lines.sass"
+fi
+if has ncu; then # warp stall reasons of one frame of the latency kernel ("No Instruction" = instruction fetch)
+    timeout 240 ncu --clock-control none --kernel-name lt_kernel --launch-skip 5 --launch-count 1 \
+        --section WarpStateStats --section SchedulerStats --section LaunchStats \
+        $B/lat_timeline_base gpt bf16 1 >"$OUT/ncu.txt" 2>&1
+    echo "ncu rc $?"; grep -E "Stall|stall|Warp Cycles|Issued|No Eligible|Active Warps|Registers|Instruction" "$OUT/ncu.txt" | head -40
 fi
 if has san; then
     for cfg in ${SAN_CFGS:-csm:bf16:1}; do
@@ -75,11 +93,5 @@ if has torch; then
         $B/depthdec export --synthetic $m --weights bf16 --out /tmp/dd_$m.safetensors >/dev/null 2>&1 &&
             timeout 200 python3 scripts/bench_torch.py bench /tmp/dd_$m.safetensors --name $m --batch ${TORCH_BATCH:-1} \
                 --frames 20 --json "$OUT/torch.json" 2>&1 | tail -4
-    done
-fi
-if has tests; then
-    for t in ${TESTS:-test_executors test_invariance}; do
-        DD_TEST_QUICK=${TQ:-0} DD_TEST_ONLY=$t timeout ${TT:-240} $B/test_cuda >"$OUT/$t.log" 2>&1
-        echo "$t rc $?"; grep -vE "^\[ (RUN|  *OK) " "$OUT/$t.log" | tail -30
     done
 fi

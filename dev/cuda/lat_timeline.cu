@@ -14,9 +14,19 @@
 #include "../../src/cuda/lat.cu"
 
 #include <stdio.h>
+#include <algorithm>
 #include <map>
+#include <time.h>
 #include <string>
 #include <vector>
+
+extern "C" void dd_cuda_test_crossover(dd_decoder *d, int nmax);
+
+static double th_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 int main(int argc, char **argv) {
     const char *kind = argc > 1 ? argv[1] : "gpt", *wt = argc > 2 ? argv[2] : "bf16";
@@ -123,6 +133,19 @@ int main(int argc, char **argv) {
         int pn = ph_n[lb] ? ph_n[lb] : 1;
         printf("| %s | %d | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", lb.c_str(), count[lb], crit[lb],
                crit[lb] / count[lb], spread[lb] / count[lb], ph_in[lb] / pn, ph_w[lb] / pn, ph_rest[lb] / pn);
+    }
+    /* the same frames on both executors, same process: medians of 30 */
+    for (int x = 0; x < 2; x++) {
+        dd_cuda_test_crossover(d, x ? 0 : n);
+        std::vector<double> ms;
+        for (int i = 0; i < 33; i++) {
+            double t0 = th_now_s();
+            frame();
+            if (i >= 3) ms.push_back((th_now_s() - t0) * 1e3);
+        }
+        std::sort(ms.begin(), ms.end());
+        printf("%s: %.3f ms/frame (median of %zu, host-timed around dd_%s)\n", x ? "frame kernel (old)" : "latency executor",
+               ms[ms.size() / 2], ms.size(), score ? "score" : "decode");
     }
     dd_decoder_free(d);
     dd_model_free(m);

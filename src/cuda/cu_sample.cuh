@@ -72,7 +72,8 @@ __device__ __forceinline__ void cu_best(float &s, int &i, float t, int j) {
 }
 
 template <class BAR = cu_bar_cta>
-__device__ __forceinline__ void cu_block_best(float &s, int &i, const cu_samp_smem &S) {
+static __device__ __noinline__ void cu_block_best(float &s, int &i, const cu_samp_smem &S) {
+#pragma unroll 1
     for (int o = 16; o > 0; o >>= 1) {
         float t = __shfl_xor_sync(0xffffffffu, s, o);
         int j = __shfl_xor_sync(0xffffffffu, i, o);
@@ -86,6 +87,7 @@ __device__ __forceinline__ void cu_block_best(float &s, int &i, const cu_samp_sm
     BAR::sync();
     s = S.rv[0];
     i = S.ri[0];
+#pragma unroll 1
     for (int w = 1; w < BAR::threads / 32; w++) cu_best(s, i, S.rv[w], S.ri[w]);
     BAR::sync();
 }
@@ -94,7 +96,7 @@ __device__ __forceinline__ void cu_block_best(float &s, int &i, const cu_samp_sm
  * -1 when no logit is finite. Whole block. */
 template <class BAR = cu_bar_cta, class LD>
 static __device__ int cu_sample_block(LD z, int V, float T, int K, uint64_t seed, uint64_t frame, int level,
-                               const cu_samp_smem &S) {
+                               const cu_samp_smem &S, const float *gpre = NULL) {
     const int tid = threadIdx.x;
     int anyf = 0;
     for (int i = tid; i < V; i += BAR::threads) anyf |= isfinite(z(i)) ? 1 : 0;
@@ -163,6 +165,18 @@ static __device__ int cu_sample_block(LD z, int V, float T, int K, uint64_t seed
     }
     const float invT = __fdiv_rn(1.0f, T);
     const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    if (gpre) { /* the noise of every index computed before the logits arrived (cu_gumbel_all) */
+#pragma unroll 1
+        for (int i = tid; i < V; i += BAR::threads) {
+            const float zi = z(i);
+            if (isnan(zi) || zi == -INFINITY || cu_order_key(zi) < thr) continue;
+            float si = __fadd_rn(__fmul_rn(zi, invT), gpre[i]);
+            if (isnan(si)) si = -INFINITY;
+            cu_best(bs, bi, si, i);
+        }
+        cu_block_best<BAR>(bs, bi, S);
+        return bi;
+    }
     /* compact on purpose (the kernel's code is fetched cold at every op): one Philox call per group of 4 with a
      * candidate, one Gumbel evaluation per candidate */
 #pragma unroll 1
@@ -190,6 +204,20 @@ static __device__ int cu_sample_block(LD z, int V, float T, int K, uint64_t seed
     }
     cu_block_best<BAR>(bs, bi, S);
     return bi;
+}
+
+/* g[i] = the SPEC §3 noise of index i (0 <= i < V) for (seed, frame, level), by `threads` threads from tid: it
+ * does not depend on the logits, so a sampler computes it while they are still on their way */
+__device__ __forceinline__ void cu_gumbel_all(float *g, int V, uint64_t seed, uint64_t frame, int level, int tid,
+                                              int threads) {
+#pragma unroll 1
+    for (int i4 = tid; 4 * i4 < V; i4 += threads) {
+        uint32_t x[4];
+        cu_philox((uint32_t)i4, (uint32_t)level, (uint32_t)frame, (uint32_t)(frame >> 32), (uint32_t)seed,
+                  (uint32_t)(seed >> 32), x);
+#pragma unroll 1
+        for (int e = 0; e < 4 && 4 * i4 + e < V; e++) g[4 * i4 + e] = cu_gumbel_word(e == 0 ? x[0] : e == 1 ? x[1] : e == 2 ? x[2] : x[3]);
+    }
 }
 
 /* element d of row r of a gather table, dequantized as dd_weight_row_f32 does */

@@ -460,7 +460,8 @@ __device__ __noinline__ void lt_stage(const lt_params &P, const lt_op &op, const
                 actf[(size_t)t * SR + kk] = kb + kk < K ? __ldcg(x + (size_t)t * op.ldin + kb + kk) : 0.0f;
     } else {
         const u64 *x = (const u64 *)op.in;
-        for (int t = tid; t < T; t += LT_NC) {
+        if (tid < T) {
+            const int t = tid;
             S.rsrc[t] = x + (size_t)(op.in_last ? t * Pp + Pp - 1 : t) * op.ldin + kb;
             S.rdst[t] = actf + (size_t)t * SR;
         }
@@ -521,7 +522,8 @@ __device__ __noinline__ void lt_linear(const lt_params &P, const lt_op &op, cons
     }
     if (op.res) { /* the residual rows of this step's outputs (long published: one round trip) */
         const int nr = nu * 16;
-        for (int t = tid; t < T; t += LT_NC) {
+        if (tid < T) {
+            const int t = tid;
             S.rsrc[t] = op.res + (size_t)t * op.ldr + st.u0 * 16;
             S.rdst[t] = S.res + t * nr;
         }
@@ -629,7 +631,8 @@ __device__ __noinline__ void lt_attend(const lt_params &P, const lt_op &op, cons
             }
         }
         const int nrun = Pp * (G + 2); /* q heads of the group per position, then k, then v: SQ, SKN, SVN */
-        for (int r = tid; r < nrun; r += LT_NC) {
+        if (tid < nrun) {
+            const int r = tid;
             int i, col;
             if (r < Pp * G) i = r / G, col = (kg * G + r % G) * HD;
             else if (r < Pp * G + Pp) i = r - Pp * G, col = (H + kg) * HD;
@@ -717,6 +720,9 @@ __device__ __noinline__ void lt_sample(const lt_params &P, const lt_op &op, cons
     float *zs = (float *)S.act;
     const u64 *lg = (const u64 *)op.in;
     for (int s = st.u0; s < st.u1; s++) {
+        float *gpre = zs + ((op.V + 3) & ~3);
+        uint64_t seed = P.seeds ? P.seeds[s] : 0, frame = P.frames ? P.frames[s] : 0;
+        if (!op.forced && P.temp > 0.0f) cu_gumbel_all(gpre, op.V, seed, frame, lv, threadIdx.x, LT_NC);
         if (!op.forced || op.wait_logits) {
             if (threadIdx.x == 0) {
                 S.rsrc[0] = lg + (size_t)s * op.ldin;
@@ -731,8 +737,8 @@ __device__ __noinline__ void lt_sample(const lt_params &P, const lt_op &op, cons
             code = op.code_is_stream ? s : __ldcg(op.code_in + (size_t)s * op.ldi + lv);
         } else {
             lt_bar::sync();
-            uint64_t seed = P.seeds ? P.seeds[s] : 0, frame = P.frames ? P.frames[s] : 0;
-            code = cu_sample_block<lt_bar>([zs](int i) { return zs[i]; }, op.V, P.temp, P.topk, seed, frame, lv, S.ss);
+            code = cu_sample_block<lt_bar>([zs](int i) { return zs[i]; }, op.V, P.temp, P.topk, seed, frame, lv, S.ss,
+                                           P.temp > 0.0f ? gpre : NULL);
         }
         LT_MARK(1);
         if (threadIdx.x == 0) {
@@ -1255,7 +1261,7 @@ static dd_status build_plan(lt_exec *x, int variant, int n, dd_error *err) {
     assign(pre_ops, b.pre, b.ppre, n, NULL, NULL);
     assign(pass_ops, b.pass, b.ppass, 2 * n, NULL, NULL);
     /* attention scratch and the sampler's logits fit the act area */
-    if ((size_t)((Q - 1) * HD * 2 + 2 * (H / KV) * HD + 4 * HD) * 4 > LT_ACT_BYTES || (size_t)V * 4 > LT_ACT_BYTES ||
+    if ((size_t)((Q - 1) * HD * 2 + 2 * (H / KV) * HD + 4 * HD) * 4 > LT_ACT_BYTES || (size_t)(V + 4) * 8 > LT_ACT_BYTES ||
         2 * (H / KV + 2) > LT_RUNS || 2 * LT_MAX_N > LT_RUNS)
         b.fail = 1;
     if (b.ops.size() * sizeof(lt_op) > LT_OPS_BYTES) b.fail = 1;
