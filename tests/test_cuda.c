@@ -280,6 +280,7 @@ static void e2e(const char *kind, dd_dtype wt, int n, int full) {
     const dd_config *c = dd_model_config(m);
     const int Q = c->levels, V = c->codebook_size;
     dd_decoder *ref = make(m, DD_BACKEND_REF, n), *cu = make(m, DD_BACKEND_CUDA, n);
+    dd_cuda_test_crossover(cu, n); /* batches up to 8 on the latency executor (not yet the default) */
     float *h = rand_hidden(m, n);
     int32_t *codes = th_rand_codes(m, n, Q);
     size_t nl = (size_t)n * (Q - 1) * V;
@@ -334,7 +335,7 @@ static void test_e2e(void **state) {
             /* DD_TEST_QUICK=2 (racecheck, ~100x slower): one weight type per block kind, 2 streams */
             if (g_quick >= 2 && types[t] != (k ? DD_Q4 : DD_BF16)) continue;
             e2e(k ? "tiny-llama" : "tiny-gpt", types[t], g_quick >= 2 ? 2 : g_quick ? 4 : 64, 1);
-            if (!g_quick) e2e(k ? "tiny-llama" : "tiny-gpt", types[t], 5, 1); /* the latency executor */
+            if (!g_quick) e2e(k ? "tiny-llama" : "tiny-gpt", types[t], 5, 1); /* on the latency executor */
         }
     if (!g_quick) { /* ref takes seconds per stream-frame at these sizes: score and one sampled decode */
         e2e("gpt", DD_BF16, 1, 0);
@@ -353,6 +354,7 @@ static void invariance(const char *kind, dd_dtype wt, int B) {
     const dd_config *c = dd_model_config(m);
     const int Q = c->levels, V = c->codebook_size, I = c->input_dim;
     dd_decoder *d = make(m, DD_BACKEND_CUDA, B);
+    dd_cuda_test_crossover(d, 1); /* alone: the latency executor; the batch: the frame kernel */
     float *h = rand_hidden(m, B);
     int32_t *codes = th_rand_codes(m, B, Q), *out = malloc((size_t)B * Q * 4), one[64];
     uint64_t *seeds = malloc((size_t)B * 8), *frames = malloc((size_t)B * 8);

@@ -68,6 +68,12 @@ if has ncu; then # warp stall reasons of one frame of the latency kernel ("No In
         $B/lat_timeline_base gpt bf16 1 >"$OUT/ncu.txt" 2>&1
     echo "ncu rc $?"; grep -E "Stall|stall|Warp Cycles|Issued|No Eligible|Active Warps|Registers|Instruction" "$OUT/ncu.txt" | head -40
 fi
+if has ncusrc; then # per-SASS-instruction stall samples of one frame (pair with lines.sass for source lines)
+    timeout 300 ncu --clock-control none --kernel-name lt_kernel --launch-skip 5 --launch-count 1 \
+        --section SourceCounters --page source --csv --print-source sass \
+        $B/lat_timeline_base ${NCU_CFG:-gpt bf16 1} >"$OUT/src.csv" 2>"$OUT/ncusrc.err"
+    echo "ncu source rc $?"; ls -la "$OUT/src.csv"; head -3 "$OUT/src.csv" | cut -c1-400; tail -3 "$OUT/ncusrc.err"
+fi
 if has san; then
     for cfg in ${SAN_CFGS:-csm:bf16:1}; do
         IFS=: read -r m w b <<<"$cfg"

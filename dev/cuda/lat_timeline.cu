@@ -45,6 +45,7 @@ int main(int argc, char **argv) {
     p.max_batch = n;
     dd_decoder *d;
     if (dd_decoder_create(&d, m, &p, &e)) return fprintf(stderr, "%s\n", e.msg), 1;
+    dd_cuda_test_crossover(d, n); /* this executor, whatever the default */
     const int Q = c->levels, V = c->codebook_size, I = c->input_dim;
     std::vector<float> h((size_t)n * I), lg((size_t)n * (Q - 1) * V);
     std::vector<int32_t> codes((size_t)n * Q), c0(n);

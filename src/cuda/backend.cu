@@ -400,7 +400,7 @@ static dd_status cuda_init(dd_decoder *d, dd_error *err) {
         st->d_prog[v] = (cu_op *)dp;
     }
     if ((s = lt_create(&st->lt, st, m, err))) return s;
-    st->lt_max = lt_max_batch(st->lt);
+    st->lt_max = lt_default_crossover(st->lt);
     CU_TRY(cudaDeviceSynchronize(), err, "init");
     return DD_OK;
 }

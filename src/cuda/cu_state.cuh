@@ -37,6 +37,7 @@ typedef struct cu_state {
 dd_status lt_create(lt_exec **out, cu_state *st, const dd_model *m, dd_error *err);
 void lt_free(lt_exec *x);
 int lt_max_batch(const lt_exec *x);
+int lt_default_crossover(const lt_exec *x); /* batches run on it by default */
 int lt_can(lt_exec *x, int variant, int n, dd_error *err, dd_status *s); /* builds the plan on first use */
 dd_status lt_run(lt_exec *x, int variant, int n, float temp, int topk, dd_error *err);
 

@@ -612,8 +612,11 @@ __device__ __noinline__ void lt_attend(const lt_params &P, const lt_op &op, cons
     const int HD = op.HD, H = op.H, KVH = op.KVH, G = H / KVH, kvw = KVH * HD, half = HD / 2;
     const unsigned E = P.ebase + (unsigned)l;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    float *SK = (float *)S.act, *SV = SK + (size_t)p0 * HD, *SQ = SV + (size_t)p0 * HD, *SKN = SQ + (size_t)Pp * G * HD,
-          *SVN = SKN + (size_t)Pp * HD;
+    /* key rows padded to HD + 1 floats: lane j reads row j, so an unpadded stride of HD words would put every
+     * lane on one bank (a 32-way conflict per element of the score loop) */
+    const int HDP = HD + 1;
+    float *SK = (float *)S.act, *SV = SK + (size_t)p0 * HDP, *SQ = SV + (size_t)p0 * HD, *SKN = SQ + (size_t)Pp * G * HD,
+          *SVN = SKN + (size_t)Pp * HDP;
     const u64 *qkv = (const u64 *)op.in;
     for (int it = st.u0; it < st.u1; it++) {
         const int s = it / KVH, kg = it % KVH;
@@ -625,7 +628,7 @@ __device__ __noinline__ void lt_attend(const lt_params &P, const lt_op &op, cons
             if (jj < rpt) {
 #pragma unroll 4
                 for (int j = jj; j < p0; j += rpt) {
-                    SK[(size_t)j * HD + d] = __ldcg(kc + (size_t)j * kvw + d);
+                    SK[(size_t)j * HDP + d] = __ldcg(kc + (size_t)j * kvw + d);
                     SV[(size_t)j * HD + d] = __ldcg(vc + (size_t)j * kvw + d);
                 }
             }
@@ -638,7 +641,8 @@ __device__ __noinline__ void lt_attend(const lt_params &P, const lt_op &op, cons
             else if (r < Pp * G + Pp) i = r - Pp * G, col = (H + kg) * HD;
             else i = r - Pp * G - Pp, col = (H + KVH + kg) * HD;
             S.rsrc[r] = qkv + (size_t)(s * Pp + i) * op.ldin + col;
-            S.rdst[r] = SQ + (size_t)r * HD;
+            S.rdst[r] = r < Pp * G ? SQ + (size_t)r * HD : r < Pp * G + Pp ? SKN + (size_t)(r - Pp * G) * HDP
+                                                                        : SVN + (size_t)(r - Pp * G - Pp) * HD;
         }
         lt_bar::sync();
         lt_poll_runs(P, E, nrun, HD, HD, S);
@@ -651,7 +655,7 @@ __device__ __noinline__ void lt_attend(const lt_params &P, const lt_op &op, cons
             for (int idx = tid; idx < rows * half; idx += LT_NC) {
                 const int r = idx / half, j = idx - r * half;
                 const int p = p0 + (r < Pp * G ? r / G : r - Pp * G);
-                float *row = SQ + (size_t)r * HD;
+                float *row = r < Pp * G ? SQ + (size_t)r * HD : SKN + (size_t)(r - Pp * G) * HDP;
                 float o0, o1;
                 cu_rope_pair(op.rope, HD, p, j, row[j], row[j + half], o0, o1);
                 row[j] = o0;
@@ -662,7 +666,7 @@ __device__ __noinline__ void lt_attend(const lt_params &P, const lt_op &op, cons
 #pragma unroll 1
         for (int idx = tid; idx < Pp * HD; idx += LT_NC) { /* append (keys stored rotated) */
             const int i = idx / HD, d = idx - i * HD;
-            op.kc[(size_t)s * op.cstride + (size_t)(p0 + i) * kvw + (size_t)kg * HD + d] = SKN[idx];
+            op.kc[(size_t)s * op.cstride + (size_t)(p0 + i) * kvw + (size_t)kg * HD + d] = SKN[(size_t)i * HDP + d];
             op.vc[(size_t)s * op.cstride + (size_t)(p0 + i) * kvw + (size_t)kg * HD + d] = SVN[idx];
         }
         const float scale = sqrtf((float)HD);
@@ -675,7 +679,7 @@ __device__ __noinline__ void lt_attend(const lt_params &P, const lt_op &op, cons
             for (int r = 0; r < 2; r++) {
                 const int j = lane + 32 * r;
                 if (j < nk) {
-                    const float *kr = j < p0 ? SK + (size_t)j * HD : SKN + (size_t)(j - p0) * HD;
+                    const float *kr = j < p0 ? SK + (size_t)j * HDP : SKN + (size_t)(j - p0) * HDP;
                     float d = 0.0f;
 #pragma unroll 4
                     for (int e = 0; e < HD; e++) d = d + sq[e] * kr[e];
@@ -1261,7 +1265,7 @@ static dd_status build_plan(lt_exec *x, int variant, int n, dd_error *err) {
     assign(pre_ops, b.pre, b.ppre, n, NULL, NULL);
     assign(pass_ops, b.pass, b.ppass, 2 * n, NULL, NULL);
     /* attention scratch and the sampler's logits fit the act area */
-    if ((size_t)((Q - 1) * HD * 2 + 2 * (H / KV) * HD + 4 * HD) * 4 > LT_ACT_BYTES || (size_t)(V + 4) * 8 > LT_ACT_BYTES ||
+    if ((size_t)((Q - 1) * (HD + 1) * 2 + 2 * (H / KV) * HD + 4 * (HD + 1)) * 4 > LT_ACT_BYTES || (size_t)(V + 4) * 8 > LT_ACT_BYTES ||
         2 * (H / KV + 2) > LT_RUNS || 2 * LT_MAX_N > LT_RUNS)
         b.fail = 1;
     if (b.ops.size() * sizeof(lt_op) > LT_OPS_BYTES) b.fail = 1;
@@ -1410,6 +1414,15 @@ void lt_free(lt_exec *x) {
 }
 
 int lt_max_batch(const lt_exec *x) { return x ? LT_MAX_N : 0; }
+
+/* The batches the decoder sends here by default. 0 until this executor beats the frame kernel: measured on the
+ * H200 in one process (dev/cuda/lat_timeline.cu, 2026-12-03), GPT dims bf16 B1 12.0 vs 11.3 ms, q4 B1 13.9 vs
+ * 12.0, bf16 B8 20.4 vs 17.3, CSM dims bf16 B1 17.4 vs 15.9 (docs/cuda_results.md). The tests run it through
+ * dd_cuda_test_crossover. */
+int lt_default_crossover(const lt_exec *x) {
+    (void)x;
+    return 0;
+}
 
 /* 1 when (variant, n) runs on the latency executor (the plan is built on first use) */
 int lt_can(lt_exec *x, int variant, int n, dd_error *err, dd_status *s) {
