@@ -103,12 +103,12 @@ static dd_status cpu_init(dd_decoder *d, dd_error *err) {
              (st->scratch = calloc((size_t)st->nth, sizeof(float *)));
     if (ok && c->embed_in_input_space) ok = (st->xin = alloc64(R * I * f)) != NULL;
     for (int i = 0; ok && i < st->nth; i++) ok = (st->scratch[i] = alloc64(R * D * f)) != NULL;
-    if (ok && c->has_rope) {
-        ok = (st->rcos = alloc64(Q * (HD / 2) * f)) && (st->rsin = alloc64(Q * (HD / 2) * f));
-        if (ok) dd_cpu_rope_tables(st->rcos, st->rsin, d->m->rope_inv_freq, c->head_dim, c->levels);
-    }
+    if (ok && c->has_rope) ok = (st->rcos = alloc64(Q * (HD / 2) * f)) && (st->rsin = alloc64(Q * (HD / 2) * f));
     if (!ok)
         return dd_fail(err, DD_ENOMEM, "cpu backend: out of memory for %d streams (%s)", G, d->m->source);
+    if (c->has_rope &&
+        (s = dd_cpu_rope_tables(st->rcos, st->rsin, d->m->rope_inv_freq, c->head_dim, c->levels, err)))
+        return s;
     for (int k = 0; k < DD_PLAN_NKIND; k++) {
         if ((k == DD_PLAN_DECODE || k == DD_PLAN_SCORE_L0) && !c->has_head0) continue;
         if ((s = dd_plan_build(&st->plan[k], d->m, (dd_plan_kind)k, err))) return s;
