@@ -1,28 +1,26 @@
-/* The fast CPU backend (dd_cpu_backend): SPEC §1-§3 for a batch of streams, layer by layer, with the fused
- * kernels of cpu_ops.c on a persistent thread pool.
+/* The fast CPU backend (dd_cpu_backend): executes the frame plan (plan.h) for a batch of streams, layer by layer,
+ * with the fused kernels of cpu_ops.c on a persistent thread pool.
  *
- * A decode call runs its n streams in groups of up to G = min(max_batch, 256) streams. Within a group every pass
- * processes all streams' new positions together (R = b*P rows: b streams, P = 2 new positions in pass 1, then 1),
- * so each weight is read from memory once per pass for the whole group. Row r = s*P + t is stream s's position
- * p0 + t. Per pass:
- *   per layer   qkv   = linear(norm1 prologue, q/k/v as three segments of one pass)
- *               att   = attend (append K/V to the frame cache, RoPE from float tables, causal softmax)
- *               x    += linear(att, wo)                       (bias, residual epilogue)
- *               ff    = linear(norm2 prologue, fc1; GELU)     gpt
- *                     = linear(norm2 prologue, gate|up pairs; SwiGLU)  llama
- *               x    += linear(ff, fc2)
- *   head        logits = linear(final-norm prologue, heads[l-1]) over each stream's last row
- *   sample      per stream: dd_sample_core (the shared SPEC §3 rule) and the gather of the drawn code's
- *               embedding row as the next pass's input (+ learned position).
- * CSM-layout models (code embeddings in backbone space): in_proj is applied per pass to the gathered table rows
+ * A decode call runs its n streams in groups of up to G = min(max_batch, 256) streams. Within a group every op
+ * processes all streams' rows together (R = b*P rows: b streams, P = 2 new positions in pass 1, then 1), so each
+ * weight is read from memory once per pass for the whole group. Row r = s*P + t is stream s's position p0 + t.
+ * The plan's ops map onto the drivers one to one:
+ *   LINEAR      dd_cpu_linear_run (norm prologue, up to 3 weight segments — q/k/v in one pass — activation,
+ *               bias/residual/position epilogue)
+ *   ATTEND      dd_cpu_attend_run (append K/V to the frame cache, RoPE from float tables, causal softmax)
+ *   ADD_POS     a loop on the calling thread
+ *   SAMPLE, CODE_C0, GATHER   each consecutive run of them is one job per stream (one fork-join): dd_sample_core
+ *               (the shared SPEC §3 rule) and the gather of the drawn code's embedding row as the next input.
+ * CSM-layout models: the plan says DD_IN_PROJ_PER_PASS — in_proj is applied per pass to the gathered table rows
  * (one more linear per pass, counted by dd_model_weight_bytes_per_frame); no in(table) is precomputed, so the
  * rounding is the reference's.
  *
- * Everything is allocated by cpu_init for G streams; decode and score allocate nothing. A stream's results do
- * not depend on n, its row, or the thread count (see cpu.h, "Exactness").
+ * Everything (plans included) is allocated by cpu_init for G streams; decode and score allocate nothing. A
+ * stream's results do not depend on n, its row, or the thread count (see cpu.h, "Exactness").
  */
 #include "backend.h"
 #include "cpu.h"
+#include "plan.h"
 #include "sample.h"
 #include "util.h"
 
@@ -50,6 +48,7 @@ typedef struct cpu_state {
     float *rcos, *rsin; /* [Q][HD/2] RoPE tables (llama) */
     float **scratch; /* [nth] x [2G * D]: the linear's per-thread normalized rows */
     int32_t *fail;   /* [G] 1 + first level with no finite logit, 0 = none */
+    dd_plan plan[DD_PLAN_NKIND]; /* the frame of each request kind (those needing head0 only when it exists) */
 } cpu_state;
 
 static void *alloc64(size_t n) {
@@ -75,6 +74,7 @@ static void cpu_destroy(dd_decoder *d) {
     for (int i = 0; st->scratch && i < st->nth; i++) free(st->scratch[i]);
     free(st->scratch);
     free(st->fail);
+    for (int k = 0; k < DD_PLAN_NKIND; k++) dd_plan_free(&st->plan[k]);
     free(st);
     d->impl = NULL;
 }
@@ -103,231 +103,177 @@ static dd_status cpu_init(dd_decoder *d, dd_error *err) {
              (st->scratch = calloc((size_t)st->nth, sizeof(float *)));
     if (ok && c->embed_in_input_space) ok = (st->xin = alloc64(R * I * f)) != NULL;
     for (int i = 0; ok && i < st->nth; i++) ok = (st->scratch[i] = alloc64(R * D * f)) != NULL;
-    if (ok && c->has_rope) {
-        ok = (st->rcos = alloc64(Q * (HD / 2) * f)) && (st->rsin = alloc64(Q * (HD / 2) * f));
-        if (ok) dd_cpu_rope_tables(st->rcos, st->rsin, d->m->rope_inv_freq, c->head_dim, c->levels);
-    }
+    if (ok && c->has_rope) ok = (st->rcos = alloc64(Q * (HD / 2) * f)) && (st->rsin = alloc64(Q * (HD / 2) * f));
     if (!ok)
         return dd_fail(err, DD_ENOMEM, "cpu backend: out of memory for %d streams (%s)", G, d->m->source);
+    if (c->has_rope &&
+        (s = dd_cpu_rope_tables(st->rcos, st->rsin, d->m->rope_inv_freq, c->head_dim, c->levels, err)))
+        return s;
+    for (int k = 0; k < DD_PLAN_NKIND; k++) {
+        if ((k == DD_PLAN_DECODE || k == DD_PLAN_SCORE_L0) && !c->has_head0) continue;
+        if ((s = dd_plan_build(&st->plan[k], d->m, (dd_plan_kind)k, err))) return s;
+    }
     return DD_OK;
 }
 
-/* ---- passes ----------------------------------------------------------------------------------------------- */
+/* ---- the plan's executor -------------------------------------------------------------------------------- */
 
-static dd_cpu_linear lin(const cpu_state *st, float *y, size_t ldy, const float *x, size_t ldx, int T,
-                         const dd_weight *w, const float *bias) {
-    return (dd_cpu_linear){.y = y, .ldy = ldy, .x = x, .ldx = ldx, .T = T, .nseg = 1, .seg = {{w, NULL, bias, NULL}},
-                           .kern = st->kern, .scratch = st->scratch};
-}
-
-/* All layers over the R = b*P rows in st->x (positions p0 .. p0+P-1 of each stream). */
-static void run_layers(cpu_state *st, const dd_model *m, int b, int P, int p0) {
-    const dd_config *c = &m->cfg;
-    const int gpt = c->block == DD_BLOCK_GPT, nrm = gpt ? DD_NORM_LAYER : DD_NORM_RMS;
-    const int R = b * P;
-    const size_t D = c->dim, HH = (size_t)c->heads * c->head_dim, F = c->ffn_dim;
-    for (int li = 0; li < c->layers; li++) {
-        const dd_layer *l = &m->layer[li];
-        dd_cpu_linear L = lin(st, st->qkv, st->qkvw, st->x, D, R, &l->wq, l->bq);
-        L.nseg = 3;
-        L.seg[1] = (dd_cpu_seg){&l->wk, NULL, l->bk, NULL};
-        L.seg[2] = (dd_cpu_seg){&l->wv, NULL, l->bv, NULL};
-        L.norm = nrm;
-        L.norm_w = l->norm1_w;
-        L.norm_b = l->norm1_b;
-        L.eps = c->norm_eps;
-        dd_cpu_linear_run(st->pool, &L);
-
-        dd_cpu_attend A = {.out = st->att, .ldo = HH, .kc = st->kc + (size_t)li * c->levels * st->kvw,
-                           .vc = st->vc + (size_t)li * c->levels * st->kvw, .ldc = st->ldc, .qkv = st->qkv,
-                           .ldq = (size_t)st->qkvw, .B = b, .P = P, .p0 = p0, .H = c->heads, .KVH = c->kv_heads,
-                           .HD = c->head_dim, .cos = st->rcos, .sin = st->rsin, .kern = st->kern};
-        dd_cpu_attend_run(st->pool, &A);
-
-        L = lin(st, st->x, D, st->att, HH, R, &l->wo, l->bo);
-        L.residual = st->x;
-        L.ldr = D;
-        dd_cpu_linear_run(st->pool, &L);
-
-        L = lin(st, st->ff, F, st->x, D, R, &l->fc1, l->b1);
-        if (!gpt) L.seg[0].w2 = &l->up;
-        L.act = gpt ? DD_ACT_GELU : DD_ACT_SWIGLU;
-        L.norm = nrm;
-        L.norm_w = l->norm2_w;
-        L.norm_b = l->norm2_b;
-        L.eps = c->norm_eps;
-        dd_cpu_linear_run(st->pool, &L);
-
-        L = lin(st, st->x, D, st->ff, F, R, &l->fc2, l->b2);
-        L.residual = st->x;
-        L.ldr = D;
-        dd_cpu_linear_run(st->pool, &L);
-    }
-}
-
-/* logits of level `level` (1..Q-1) for the b streams' last rows into y (stride ldy). */
-static void run_head(cpu_state *st, const dd_model *m, int b, int P, int level, float *y, size_t ldy) {
-    const dd_config *c = &m->cfg;
-    const size_t D = c->dim;
-    dd_weight hw = dd_weight_rows(&m->heads, (int64_t)(level - 1) * c->codebook_size, c->codebook_size);
-    dd_cpu_linear L = lin(st, y, ldy, st->x + (size_t)(P - 1) * D, (size_t)P * D, b, &hw, NULL);
-    L.norm = c->block == DD_BLOCK_GPT ? DD_NORM_LAYER : DD_NORM_RMS;
-    L.norm_w = m->norm_w;
-    L.norm_b = m->norm_b;
-    L.eps = c->norm_eps;
-    dd_cpu_linear_run(st->pool, &L);
-}
-
-/* in() over `T` rows of st->xin into st->x (CSM layout: every position's input is in backbone space). */
-static void run_in_proj_xin(cpu_state *st, const dd_model *m, int T) {
-    const dd_config *c = &m->cfg;
-    dd_cpu_linear L = lin(st, st->x, c->dim, st->xin, c->input_dim, T, &m->in_proj, m->in_bias);
-    dd_cpu_linear_run(st->pool, &L);
-}
-
-/* Position `pos`'s input from code `code` of level pos-1, into row `row`: the embedding row (native, + learned
- * position) into st->x, or the flat table row (CSM) into st->xin for in() to project. */
-static void gather(cpu_state *st, const dd_model *m, int row, int pos, int32_t code) {
-    const dd_config *c = &m->cfg;
-    int64_t er = (int64_t)(pos - 1) * c->codebook_size + code;
-    if (c->embed_in_input_space) {
-        dd_weight_row_f32(&m->embed, er, st->xin + (size_t)row * c->input_dim);
-        return;
-    }
-    float *x = st->x + (size_t)row * c->dim;
-    dd_weight_row_f32(&m->embed, er, x);
-    if (m->pos)
-        for (int i = 0; i < c->dim; i++) x[i] += m->pos[(size_t)pos * c->dim + i];
-}
-
-/* One job per stream after a head: the code of `level` (sampled from logits, or given) and the next pass's input.
- * level 0 also builds pass 1's first row from h when no linear in() does. */
-typedef struct step_ctx {
-    cpu_state *st;
-    const dd_model *m;
-    int b, level, next; /* next: build the next pass's input */
-    const float *logits;
-    size_t ldl;
-    const int32_t *given; /* [b] codes of this level, or NULL = sample */
-    size_t ldg;
+/* A call's binding of the plan's buffers: what the caller gives and wants. */
+typedef struct frame_io {
+    int b;                  /* streams of this group */
+    const float *hidden;    /* [b, I] */
+    const int32_t *c0;      /* [b] or NULL */
+    int32_t *codes;         /* [b, Q] decode out, or NULL (score) */
+    const int32_t *given;   /* [b, Q] score: the teacher-forced codes, or NULL */
     const uint64_t *seeds, *frames; /* [b] or NULL */
     float T;
     int K;
-    int32_t *codes; /* [b, Q] out, or NULL */
-    const float *hidden; /* [b, I] level 0 only */
-    atomic_int claim;    /* the next stream to take */
-} step_ctx;
-
-static void step_job(void *ctx, int tid, int nth) {
-    (void)tid;
-    (void)nth;
-    step_ctx *sc = ctx;
-    cpu_state *st = sc->st;
-    const dd_model *m = sc->m;
-    const dd_config *c = &m->cfg;
-    for (int s = atomic_fetch_add_explicit(&sc->claim, 1, memory_order_relaxed); s < sc->b;
-         s = atomic_fetch_add_explicit(&sc->claim, 1, memory_order_relaxed)) {
-        int32_t code;
-        if (sc->given) {
-            code = sc->given[(size_t)s * sc->ldg];
-        } else {
-            code = dd_sample_core(sc->logits + (size_t)s * sc->ldl, c->codebook_size, sc->T, sc->K,
-                                  sc->seeds ? sc->seeds[s] : 0, sc->frames ? sc->frames[s] : 0, sc->level);
-            if (code < 0) {
-                if (!st->fail[s]) st->fail[s] = sc->level + 1;
-                code = 0; /* keep going; the call reports the error after the group */
-            }
-        }
-        if (sc->codes) sc->codes[(size_t)s * c->levels + sc->level] = code;
-        if (!sc->next) continue;
-        if (sc->level > 0) {
-            gather(st, m, s, sc->level + 1, code);
-            continue;
-        }
-        /* pass 1 rows: 2s = in(h), 2s+1 = emb0(c0) */
-        const float *h = sc->hidden + (size_t)s * c->input_dim;
-        if (c->embed_in_input_space) {
-            memcpy(st->xin + (size_t)(2 * s) * c->input_dim, h, (size_t)c->input_dim * sizeof(float));
-        } else if (!c->has_in_proj) {
-            float *x = st->x + (size_t)(2 * s) * c->dim;
-            memcpy(x, h, (size_t)c->dim * sizeof(float));
-            if (m->pos)
-                for (int i = 0; i < c->dim; i++) x[i] += m->pos[i];
-        }
-        gather(st, m, 2 * s + 1, 1, code);
-    }
-}
-
-static void run_step(cpu_state *st, step_ctx *sc) {
-    atomic_store_explicit(&sc->claim, 0, memory_order_relaxed);
-    if (sc->b == 1) step_job(sc, 0, 1);
-    else dd_cpu_pool_run(st->pool, step_job, sc);
-}
-
-/* The frame of b streams. Level 0's codes come from `c0` (or are sampled from logits0 when c0 is NULL and
- * sampling); later levels from `given` (score: teacher forcing) or sampling. Head outputs go to out_logits
- * (stride per stream ld_logits, per level V) when not NULL, else to st->logits. */
-typedef struct frame_io {
-    const float *hidden;
-    const int32_t *c0;      /* [b] or NULL */
-    const int32_t *given;   /* [b, Q] teacher-forced codes, or NULL */
-    const uint64_t *seeds, *frames;
-    const dd_sampling *s;
-    int32_t *codes;         /* [b, Q] out or NULL */
-    float *logits;          /* [b, Q-1, V] out or NULL */
-    float *logits0;         /* [b, V] out or NULL (score) */
+    float *logits;          /* [b, Q-1, V] score out, or NULL: each level's logits go to st->logits */
+    float *logits0;         /* [b, V] score out, or NULL: st->logits */
 } frame_io;
 
-static void run_frame(cpu_state *st, const dd_model *m, int b, const frame_io *io) {
+typedef struct run_ctx {
+    cpu_state *st;
+    const dd_model *m;
+    const dd_plan *plan;
+    const frame_io *io;
+    const int32_t *code_src; /* [b, Q] the codes gathers read: decode's own output, or score's given codes */
+    float *buf[DD_BUF_N];
+    size_t ld[DD_BUF_N];
+    int i0, i1;              /* the run of per-stream ops a stream job executes */
+    atomic_int claim;        /* the next stream to take */
+} run_ctx;
+
+/* The rows v of the bound buffer: the first touched row of stream 0; *ld = floats from one touched row to the
+ * next (the next stream's when n == 1); *T = rows touched. */
+static float *rows_at(const run_ctx *r, dd_plan_rows v, size_t *ld, int *T) {
+    size_t w = r->ld[v.buf];
+    float *p = r->buf[v.buf] + (size_t)v.first * w;
+    if (v.buf == DD_BUF_LOGITS && r->io->logits) p += (size_t)(v.level - 1) * r->plan->width[DD_BUF_LOGITS];
+    *ld = v.n == v.span ? w : v.span * w;
+    *T = r->io->b * v.n;
+    return p;
+}
+
+static void run_linear(const run_ctx *r, const dd_plan_linear *pl) {
+    size_t ldy, ldx;
+    int Ty, T;
+    float *y = rows_at(r, pl->y, &ldy, &Ty);
+    const float *x = rows_at(r, pl->x, &ldx, &T);
+    dd_cpu_linear L = {.y = y, .ldy = ldy, .x = x, .ldx = ldx, .T = T, .nseg = pl->nseg, .norm = pl->norm,
+                       .norm_w = pl->norm_w, .norm_b = pl->norm_b, .eps = pl->eps, .act = pl->act,
+                       .residual = pl->residual ? y : NULL, .ldr = pl->residual ? ldy : 0, .add = pl->add,
+                       .lda = 0, .kern = r->st->kern, .scratch = r->st->scratch};
+    for (int k = 0; k < pl->nseg; k++)
+        L.seg[k] = (dd_cpu_seg){pl->seg[k].w, pl->seg[k].w2, pl->seg[k].bias, pl->seg[k].bias2};
+    dd_cpu_linear_run(r->st->pool, &L);
+}
+
+static void run_attend(const run_ctx *r, const dd_plan_attend *pa) {
+    const cpu_state *st = r->st;
+    const size_t Q = r->m->cfg.levels;
+    size_t ldo, ldq;
+    int T;
+    dd_cpu_attend A = {.out = rows_at(r, pa->out, &ldo, &T), .ldo = ldo,
+                       .kc = st->kc + (size_t)pa->layer * Q * st->kvw, .vc = st->vc + (size_t)pa->layer * Q * st->kvw,
+                       .ldc = st->ldc, .qkv = rows_at(r, pa->qkv, &ldq, &T), .ldq = ldq, .B = r->io->b, .P = pa->P,
+                       .p0 = pa->p0, .H = pa->H, .KVH = pa->KVH, .HD = pa->HD, .cos = pa->rope ? st->rcos : NULL,
+                       .sin = pa->rope ? st->rsin : NULL, .kern = st->kern};
+    dd_cpu_attend_run(st->pool, &A);
+}
+
+/* x rows (P per stream) += pos[p0 + t] */
+static void run_add_pos(const run_ctx *r, const dd_plan_add_pos *pp) {
+    const int D = r->m->cfg.dim, P = pp->x.span;
+    size_t ld;
+    int T;
+    float *x = rows_at(r, pp->x, &ld, &T);
+    for (int i = 0; i < T; i++)
+        for (int k = 0; k < D; k++) x[(size_t)i * ld + k] += r->m->pos[(size_t)(pp->p0 + i % P) * D + k];
+}
+
+/* A per-stream op for stream s. */
+static void stream_op(run_ctx *r, const dd_plan_op *o, int s) {
+    const dd_model *m = r->m;
     const dd_config *c = &m->cfg;
-    const int Q = c->levels, V = c->codebook_size, I = c->input_dim, D = c->dim;
-    memset(st->fail, 0, (size_t)b * sizeof(int32_t));
-    step_ctx sc = {.st = st, .m = m, .b = b, .level = 0, .next = 1, .seeds = io->seeds, .frames = io->frames,
-                   .codes = io->codes, .hidden = io->hidden, .T = io->s ? io->s->temperature : 0,
-                   .K = io->s ? io->s->top_k : 0};
-    /* level 0 */
-    if (io->logits0 || (!io->c0 && !io->given)) {
-        float *l0 = io->logits0 ? io->logits0 : st->logits;
-        dd_cpu_linear L = lin(st, l0, V, io->hidden, I, b, &m->head0, NULL);
-        dd_cpu_linear_run(st->pool, &L);
-        sc.logits = l0;
-        sc.ldl = V;
+    const frame_io *io = r->io;
+    const int Q = c->levels, V = c->codebook_size;
+    size_t ld;
+    int T;
+    switch (o->kind) {
+    case DD_OP_SAMPLE: {
+        const float *z = rows_at(r, o->smp.logits, &ld, &T) + (size_t)s * ld;
+        int32_t code = dd_sample_core(z, V, io->T, io->K, io->seeds ? io->seeds[s] : 0,
+                                      io->frames ? io->frames[s] : 0, o->smp.level);
+        if (code < 0) {
+            if (!r->st->fail[s]) r->st->fail[s] = o->smp.level + 1;
+            code = 0; /* keep going; the call reports the error after the group */
+        }
+        io->codes[(size_t)s * Q + o->smp.level] = code;
+        break;
     }
-    if (io->given) {
-        sc.given = io->given;
-        sc.ldg = Q;
-    } else if (io->c0) {
-        sc.given = io->c0;
-        sc.ldg = 1;
+    case DD_OP_CODE_C0:
+        io->codes[(size_t)s * Q] = io->c0[s];
+        break;
+    case DD_OP_GATHER: {
+        const dd_plan_gather *g = &o->gat;
+        float *y = rows_at(r, g->dst, &ld, &T) + (size_t)s * ld;
+        if (g->src == DD_GATHER_HIDDEN)
+            memcpy(y, io->hidden + (size_t)s * c->input_dim, (size_t)g->width * sizeof(float));
+        else
+            dd_weight_row_f32(&m->embed, (int64_t)g->level * V + r->code_src[(size_t)s * Q + g->level], y);
+        if (g->pos >= 0)
+            for (int i = 0; i < c->dim; i++) y[i] += m->pos[(size_t)g->pos * c->dim + i];
+        break;
     }
-    run_step(st, &sc);
-    if (c->embed_in_input_space) {
-        run_in_proj_xin(st, m, 2 * b);
-        if (m->pos)
-            for (int r = 0; r < 2 * b; r++)
-                for (int i = 0; i < D; i++) st->x[(size_t)r * D + i] += m->pos[(size_t)(r & 1) * D + i];
-    } else if (c->has_in_proj) {
-        dd_cpu_linear L = lin(st, st->x, 2 * (size_t)D, io->hidden, I, b, &m->in_proj, m->in_bias);
-        L.add = m->pos;
-        L.lda = 0;
-        dd_cpu_linear_run(st->pool, &L);
     }
-    /* passes 1 .. Q-1 */
-    for (int l = 1; l < Q; l++) {
-        int P = l == 1 ? 2 : 1, p0 = l == 1 ? 0 : l;
-        run_layers(st, m, b, P, p0);
-        float *y = io->logits ? io->logits + (size_t)(l - 1) * V : st->logits;
-        size_t ldy = io->logits ? (size_t)(Q - 1) * V : (size_t)V;
-        run_head(st, m, b, P, l, y, ldy);
-        sc.level = l;
-        sc.next = l < Q - 1;
-        sc.logits = y;
-        sc.ldl = ldy;
-        sc.given = io->given ? io->given + l : NULL;
-        sc.ldg = Q;
-        if (sc.given && !sc.next) break; /* score: the last level's code is not read */
-        run_step(st, &sc);
-        if (sc.next && c->embed_in_input_space) run_in_proj_xin(st, m, b);
+}
+
+/* One job per stream over the run of per-stream ops [i0, i1). */
+static void stream_job(void *ctx, int tid, int nth) {
+    (void)tid;
+    (void)nth;
+    run_ctx *r = ctx;
+    for (int s = atomic_fetch_add_explicit(&r->claim, 1, memory_order_relaxed); s < r->io->b;
+         s = atomic_fetch_add_explicit(&r->claim, 1, memory_order_relaxed))
+        for (int i = r->i0; i < r->i1; i++) stream_op(r, &r->plan->op[i], s);
+}
+
+/* The frame of io->b streams: the plan's ops in order; each run of consecutive per-stream ops is one fork-join. */
+static void run_plan(cpu_state *st, const dd_model *m, const dd_plan *plan, const frame_io *io) {
+    const dd_config *c = &m->cfg;
+    const size_t V = c->codebook_size;
+    memset(st->fail, 0, (size_t)io->b * sizeof(int32_t));
+    run_ctx r = {.st = st, .m = m, .plan = plan, .io = io, .code_src = io->codes ? io->codes : io->given};
+    r.buf[DD_BUF_HIDDEN] = (float *)io->hidden;
+    r.buf[DD_BUF_XIN] = st->xin;
+    r.buf[DD_BUF_X] = st->x;
+    r.buf[DD_BUF_QKV] = st->qkv;
+    r.buf[DD_BUF_ATT] = st->att;
+    r.buf[DD_BUF_FF] = st->ff;
+    r.buf[DD_BUF_LOGITS0] = io->logits0 ? io->logits0 : st->logits;
+    r.buf[DD_BUF_LOGITS] = io->logits ? io->logits : st->logits;
+    for (int k = 0; k < DD_BUF_N; k++) r.ld[k] = (size_t)plan->width[k];
+    if (io->logits) r.ld[DD_BUF_LOGITS] = (size_t)(c->levels - 1) * V;
+    for (int i = 0; i < plan->n;) {
+        const dd_plan_op *o = &plan->op[i];
+        if (dd_plan_op_per_stream(o->kind)) {
+            int j = i + 1;
+            while (j < plan->n && dd_plan_op_per_stream(plan->op[j].kind)) j++;
+            r.i0 = i;
+            r.i1 = j;
+            atomic_store_explicit(&r.claim, 0, memory_order_relaxed);
+            if (io->b == 1) stream_job(&r, 0, 1);
+            else dd_cpu_pool_run(st->pool, stream_job, &r);
+            i = j;
+            continue;
+        }
+        switch (o->kind) {
+        case DD_OP_LINEAR: run_linear(&r, &o->lin); break;
+        case DD_OP_ATTEND: run_attend(&r, &o->att); break;
+        case DD_OP_ADD_POS: run_add_pos(&r, &o->pos); break;
+        }
+        i++;
     }
 }
 
@@ -337,12 +283,14 @@ static dd_status cpu_decode(dd_decoder *d, int n, const float *hidden, const int
                             const uint64_t *frames, const dd_sampling *s, int32_t *codes, dd_error *err) {
     cpu_state *st = d->impl;
     const dd_config *c = &d->m->cfg;
+    const dd_plan *plan = &st->plan[c0 ? DD_PLAN_DECODE_C0 : DD_PLAN_DECODE];
+    if (!plan->op) return dd_fail(err, DD_EUNSUPPORTED, "%s: no head0 in the model: c0 must be given", d->m->source);
     for (int g0 = 0; g0 < n; g0 += st->G) {
         int b = n - g0 < st->G ? n - g0 : st->G;
-        frame_io io = {.hidden = hidden + (size_t)g0 * c->input_dim, .c0 = c0 ? c0 + g0 : NULL,
-                       .seeds = seeds ? seeds + g0 : NULL, .frames = frames ? frames + g0 : NULL, .s = s,
-                       .codes = codes + (size_t)g0 * c->levels};
-        run_frame(st, d->m, b, &io);
+        frame_io io = {.b = b, .hidden = hidden + (size_t)g0 * c->input_dim, .c0 = c0 ? c0 + g0 : NULL,
+                       .seeds = seeds ? seeds + g0 : NULL, .frames = frames ? frames + g0 : NULL,
+                       .T = s->temperature, .K = s->top_k, .codes = codes + (size_t)g0 * c->levels};
+        run_plan(st, d->m, plan, &io);
         for (int r = 0; r < b; r++)
             if (st->fail[r])
                 return dd_fail(err, DD_ENUMERIC, "row %d: level %d: no finite logit", g0 + r, st->fail[r] - 1);
@@ -354,12 +302,15 @@ static dd_status cpu_score(dd_decoder *d, int n, const float *hidden, const int3
                            float *logits0, dd_error *err) {
     cpu_state *st = d->impl;
     const dd_config *c = &d->m->cfg;
+    const dd_plan *plan = &st->plan[logits0 ? DD_PLAN_SCORE_L0 : DD_PLAN_SCORE];
+    if (!plan->op)
+        return dd_fail(err, DD_EUNSUPPORTED, "%s: no head0 in the model: level-0 logits unavailable", d->m->source);
     for (int g0 = 0; g0 < n; g0 += st->G) {
         int b = n - g0 < st->G ? n - g0 : st->G;
-        frame_io io = {.hidden = hidden + (size_t)g0 * c->input_dim, .given = codes + (size_t)g0 * c->levels,
+        frame_io io = {.b = b, .hidden = hidden + (size_t)g0 * c->input_dim, .given = codes + (size_t)g0 * c->levels,
                        .logits = logits + (size_t)g0 * (c->levels - 1) * c->codebook_size,
                        .logits0 = logits0 ? logits0 + (size_t)g0 * c->codebook_size : NULL};
-        run_frame(st, d->m, b, &io);
+        run_plan(st, d->m, plan, &io);
     }
     return DD_OK;
 }

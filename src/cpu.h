@@ -151,8 +151,9 @@ typedef struct dd_cpu_attend {
 
 void dd_cpu_attend_run(dd_cpu_pool *pool, const dd_cpu_attend *A);
 
-/* RoPE tables: cos/sin[p * (HD/2) + j] = (float)cos/sin(p * inv_freq[j]) computed in double, p < npos. */
-void dd_cpu_rope_tables(float *cos_t, float *sin_t, const double *inv_freq, int HD, int npos);
+/* RoPE tables: cos/sin[p * (HD/2) + j] = (float)cos/sin(p * inv_freq[j]), p < npos: dd_rope_table's double
+ * table rounded to float. Allocates a temporary (init and test paths only); DD_ENOMEM. */
+dd_status dd_cpu_rope_tables(float *cos_t, float *sin_t, const double *inv_freq, int HD, int npos, dd_error *err);
 
 /* ---- test entry points (they allocate: tests only) -------------------------------------------------------- */
 

@@ -198,14 +198,17 @@ void dd_cpu_linear_run(dd_cpu_pool *pool, const dd_cpu_linear *L) {
 
 /* ---- attention -------------------------------------------------------------------------------------------- */
 
-void dd_cpu_rope_tables(float *cos_t, float *sin_t, const double *inv_freq, int HD, int npos) {
-    int half = HD / 2;
-    for (int p = 0; p < npos; p++)
-        for (int j = 0; j < half; j++) {
-            double a = p * inv_freq[j];
-            cos_t[p * half + j] = (float)cos(a);
-            sin_t[p * half + j] = (float)sin(a);
-        }
+dd_status dd_cpu_rope_tables(float *cos_t, float *sin_t, const double *inv_freq, int HD, int npos, dd_error *err) {
+    const size_t n = (size_t)npos * (HD / 2);
+    double *cs = malloc(2 * n * sizeof(double) + 1);
+    if (!cs) return dd_fail(err, DD_ENOMEM, "cpu backend: out of memory for the RoPE table");
+    dd_rope_table(cs, inv_freq, HD, npos);
+    for (size_t i = 0; i < n; i++) {
+        cos_t[i] = (float)cs[2 * i];
+        sin_t[i] = (float)cs[2 * i + 1];
+    }
+    free(cs);
+    return DD_OK;
 }
 
 /* HF "rotate half" on one head vector: out[j] = x0 c - x1 s, out[j + HD/2] = x1 c + x0 s, x0 = v[j],
@@ -322,7 +325,11 @@ dd_status dd_cpu_attend_host(const dd_attend_args *a, int isa, int threads, dd_e
             free(stb);
             return dd_fail(err, DD_ENOMEM, "dd_cpu_attend_host: out of memory");
         }
-        dd_cpu_rope_tables(ct, stb, a->inv_freq, a->HD, npos);
+        if ((st = dd_cpu_rope_tables(ct, stb, a->inv_freq, a->HD, npos, err))) {
+            free(ct);
+            free(stb);
+            return st;
+        }
     }
     dd_cpu_pool *pool;
     if ((st = dd_cpu_pool_create(&pool, dd_cpu_default_threads(threads), err))) {

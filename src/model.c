@@ -321,6 +321,16 @@ static dd_status rope_init(loader *L, dd_error *err) {
     return DD_OK;
 }
 
+void dd_rope_table(double *cs, const double *inv_freq, int HD, int npos) {
+    const int half = HD / 2;
+    for (int p = 0; p < npos; p++)
+        for (int j = 0; j < half; j++) {
+            double a = p * inv_freq[j];
+            cs[((size_t)p * half + j) * 2] = cos(a);
+            cs[((size_t)p * half + j) * 2 + 1] = sin(a);
+        }
+}
+
 static dd_status load_native_tensors(loader *L, dd_error *err) {
     dd_model *m = L->m;
     dd_config *c = &m->cfg;

@@ -78,6 +78,11 @@ struct dd_model {
     int nowned, cap_owned;
 };
 
+/* The RoPE table of positions 0 .. npos-1, the one builder every backend's table comes from (ref, cpu and cuda;
+ * the CPU rounds it to float): cs[(p * HD/2 + j) * 2] = cos(p * inv_freq[j]), cs[(p * HD/2 + j) * 2 + 1] =
+ * sin(p * inv_freq[j]), angle and both functions in double. cs has npos * HD doubles. */
+void dd_rope_table(double *cs, const double *inv_freq, int HD, int npos);
+
 /* Remember p for release by dd_model_free; returns p, or NULL (and frees p) if bookkeeping fails. */
 void *dd_model_own(dd_model *m, void *p);
 

@@ -24,6 +24,7 @@ typedef struct ref_state {
     float *tmp;    /* [input_dim] */
     float *kc, *vc;/* [L][Q][KVH*HD] this frame's KV cache */
     float *logits; /* [V] */
+    double *rope;  /* [Q][HD/2][2] cos, sin of position p, pair j (dd_rope_table), llama only */
 } ref_state;
 
 /* y[r] = W[r,:] . x (+ b[r]), r < W.rows; double accumulation. y (W.rows), x (W.cols). */
@@ -49,11 +50,12 @@ static void norm(const float *x, const float *w, const float *b, int D, float ep
     for (int i = 0; i < D; i++) out[i] = (float)(((double)x[i] - mean) * inv * w[i] + (b ? b[i] : 0.0));
 }
 
-/* HF "rotate half" RoPE on one head vector v[HD] at position p: pairs (j, j + HD/2). */
-static void rope(float *v, int HD, int p, const double *inv_freq) {
+/* HF "rotate half" RoPE on one head vector v[HD] at position p: pairs (j, j + HD/2), by the angle
+ * p * inv_freq[j] whose cos and sin (double) dd_rope_table stored in cs. */
+static void rope(float *v, int HD, int p, const double *cs) {
     int h = HD / 2;
     for (int j = 0; j < h; j++) {
-        double a = p * inv_freq[j], c = cos(a), s = sin(a);
+        double c = cs[((size_t)p * h + j) * 2], s = cs[((size_t)p * h + j) * 2 + 1];
         double x0 = v[j], x1 = v[j + h];
         v[j] = (float)(x0 * c - x1 * s);
         v[j + h] = (float)(x1 * c + x0 * s);
@@ -75,8 +77,8 @@ static void step(ref_state *st, const dd_model *m, int p) {
         matvec(&l->wk, l->bk, n, kc + (size_t)p * kvw, st->row);
         matvec(&l->wv, l->bv, n, vc + (size_t)p * kvw, st->row);
         if (c->has_rope) {
-            for (int h = 0; h < H; h++) rope(st->q + h * HD, HD, p, m->rope_inv_freq);
-            for (int h = 0; h < KV; h++) rope(kc + (size_t)p * kvw + h * HD, HD, p, m->rope_inv_freq);
+            for (int h = 0; h < H; h++) rope(st->q + h * HD, HD, p, st->rope);
+            for (int h = 0; h < KV; h++) rope(kc + (size_t)p * kvw + h * HD, HD, p, st->rope);
         }
         for (int h = 0; h < H; h++) {
             int kh = h / (H / KV); /* GQA: query head h reads kv head h / (H/KV) */
@@ -169,10 +171,12 @@ static dd_status ref_init(dd_decoder *d, dd_error *err) {
     st->kc = malloc(kv * sizeof(float));
     st->vc = malloc(kv * sizeof(float));
     st->logits = malloc((size_t)c->codebook_size * sizeof(float));
+    if (c->has_rope) st->rope = malloc((size_t)c->levels * c->head_dim * sizeof(double));
     d->impl = st;
     if (!st->row || !st->x || !st->n || !st->q || !st->att || !st->ff || !st->tmp || !st->kc || !st->vc ||
-        !st->logits)
+        !st->logits || (c->has_rope && !st->rope))
         return dd_fail(err, DD_ENOMEM, "ref backend: out of memory for decoder state");
+    if (c->has_rope) dd_rope_table(st->rope, d->m->rope_inv_freq, c->head_dim, c->levels);
     return DD_OK;
 }
 
@@ -189,6 +193,7 @@ static void ref_destroy(dd_decoder *d) {
     free(st->kc);
     free(st->vc);
     free(st->logits);
+    free(st->rope);
     free(st);
     d->impl = NULL;
 }

@@ -275,12 +275,7 @@ static dd_status upload_weights(cu_state *st, const dd_model *m, dd_error *err) 
         int half = HD / 2;
         double *cs = (double *)malloc((size_t)Q * half * 2 * sizeof(double) + 16);
         if (!cs) return dd_fail(err, DD_ENOMEM, "backend cuda: out of memory");
-        for (int p = 0; p < Q; p++)
-            for (int j = 0; j < half; j++) {
-                double a = p * m->rope_inv_freq[j];
-                cs[((size_t)p * half + j) * 2] = cos(a);
-                cs[((size_t)p * half + j) * 2 + 1] = sin(a);
-            }
+        dd_rope_table(cs, m->rope_inv_freq, HD, Q);
         void *dp;
         s = cu_alloc(&dp, (size_t)Q * half * 2 * sizeof(double) + 16, A, NA, err);
         if (!s && cudaMemcpy(dp, cs, (size_t)Q * half * 2 * sizeof(double), cudaMemcpyHostToDevice) != cudaSuccess)

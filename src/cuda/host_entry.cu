@@ -174,12 +174,7 @@ extern "C" dd_status dd_cuda_attend_host(const dd_attend_args *a, dd_error *err)
     if (a->inv_freq && half > 0) {
         cs = (double *)malloc((size_t)Q * half * 2 * sizeof(double));
         if (!cs) return dd_fail(err, DD_ENOMEM, "dd_cuda_attend_host: out of memory");
-        for (int p = 0; p < Q; p++)
-            for (int jj = 0; jj < half; jj++) {
-                double ang = p * a->inv_freq[jj];
-                cs[((size_t)p * half + jj) * 2] = cos(ang);
-                cs[((size_t)p * half + jj) * 2 + 1] = sin(ang);
-            }
+        dd_rope_table(cs, a->inv_freq, a->HD, Q);
     }
     void *d;
     if (cs && !(s = up(&j, &d, cs, (size_t)Q * half * 2 * sizeof(double), err))) A.rope = (const double *)d;
