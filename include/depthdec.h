@@ -137,16 +137,32 @@ DD_API dd_status dd_model_export_mem(dd_model **out, const dd_model *m, const dd
 
 typedef enum dd_backend { DD_BACKEND_AUTO = 0, DD_BACKEND_REF = 1, DD_BACKEND_CPU = 2, DD_BACKEND_CUDA = 3 } dd_backend;
 
-DD_API const char *dd_backend_name(dd_backend b); /* "auto", "ref", "cpu", "cuda" */
-/* Parse "auto|ref|cpu|cuda"; returns DD_EINVAL for anything else. */
+DD_API const char *dd_backend_name(dd_backend b); /* "auto", "ref", "cpu", "cuda"; "?" for an unknown value */
+/* Parse "auto" or a backend's name ("ref", "cpu", "cuda": every row of dd_backend_info_get, built or not); returns
+ * DD_EINVAL for anything else (s NULL included) and leaves *out untouched then. */
 DD_API dd_status dd_backend_parse(const char *s, dd_backend *out);
-/* 1 when this build includes the backend and it can run here (cuda: a device is present). */
+/* 1 when this build includes the backend and it can run here (cuda: a device is present); "auto" always 1. */
 DD_API int dd_backend_available(dd_backend b);
+
+/* One row of the library's backend table, as callers see it. */
+typedef struct dd_backend_info {
+    dd_backend id;
+    const char *name;             /* "ref", "cpu", "cuda" */
+    const char *bandwidth_method; /* what dd_measure_read_bandwidth times: "streaming read", "device-to-device copy" */
+    int demo_frames;              /* frames a quick demo or benchmark runs by default on it (3 ref, 20 cpu, 200 cuda) */
+} dd_backend_info;
+/* The concrete backends this library knows, built into it or not, slowest first (ref, cpu, cuda): auto picks the
+ * last one that is available. dd_backend_at(i) for i in [0, dd_backend_count()), else DD_BACKEND_AUTO. */
+DD_API int dd_backend_count(void);
+DD_API dd_backend dd_backend_at(int i);
+/* The row of b; NULL for DD_BACKEND_AUTO or an unknown value. The row is the library's (static, read-only): it lives
+ * as long as the process. Thread-safe. */
+DD_API const dd_backend_info *dd_backend_info_get(dd_backend b);
 
 typedef struct dd_decoder dd_decoder;
 
 typedef struct dd_decoder_params {
-    dd_backend backend; /* DD_BACKEND_AUTO picks cuda, else cpu, else ref */
+    dd_backend backend; /* DD_BACKEND_AUTO picks the fastest available: cuda, else cpu, else ref */
     int max_batch;      /* streams per call, 1..4096 */
     int threads;        /* cpu backend: 0 = one per core */
 } dd_decoder_params;
@@ -185,7 +201,8 @@ DD_API dd_status dd_score(dd_decoder *d, int n, const float *hidden, const int32
 
 /* Measure the read bandwidth this backend's weights stream at, in GB/s (1e9 bytes/s), as `depthdec bench` quotes
  * it: cpu/ref: a multi-threaded streaming read of a 1 GiB buffer (threads 0 = one per core), best of 5;
- * cuda: a large device-to-device copy, counting bytes read plus written. Allocates and frees its buffers. */
+ * cuda: a large device-to-device copy, counting bytes read plus written. Allocates and frees its buffers.
+ * DD_BACKEND_AUTO measures the backend auto picks; DD_EUNSUPPORTED when the backend is not built or cannot run. */
 DD_API dd_status dd_measure_read_bandwidth(dd_backend b, int threads, double *gbps, dd_error *err);
 
 /* ---- sampling rule, exposed for tests and other engines ---------------------------------------------------- */

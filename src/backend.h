@@ -31,15 +31,6 @@ struct dd_decoder {
     int32_t *codes_tmp; /* [max_batch, Q] */
 };
 
-extern const dd_backend_vt dd_ref_backend;
-#ifdef DD_WITH_CPU
-extern const dd_backend_vt dd_cpu_backend;
-#endif
-#ifdef DD_WITH_CUDA
-extern const dd_backend_vt dd_cuda_backend;
-int dd_cuda_device_present(void);
-/* device-to-device copy bandwidth, (read + written bytes) / s / 1e9 */
-dd_status dd_cuda_copy_bandwidth(double *gbps, dd_error *err);
-#endif
+/* The backends themselves (which exist, their vtables, probes and hooks) are rows of registry.h. */
 
 #endif

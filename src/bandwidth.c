@@ -1,5 +1,5 @@
 /* The bandwidth ceiling `depthdec bench` divides by: measured in the same run as the benchmark, on this machine. */
-#include "backend.h"
+#include "registry.h"
 #include "util.h"
 
 #include <immintrin.h>
@@ -93,7 +93,7 @@ static void *bw_thread(void *arg) {
  * region (first touch is untimed), transparent huge pages are not used (madvise mode; the weights, malloc'd or
  * mmapped, are 4 KiB pages too: a huge-page buffer reads ~5% faster in the same plateau), and a longer run only
  * catches more plateaus. The ratio to floor is meaningful only when frames and this read see the same plateau. */
-static dd_status cpu_bandwidth(int threads, double *gbps, dd_error *err) {
+dd_status dd_host_read_bandwidth(int threads, double *gbps, dd_error *err) {
     if (threads <= 0) threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (threads < 1) threads = 1;
     if (threads > 256) threads = 256;
@@ -133,12 +133,7 @@ static dd_status cpu_bandwidth(int threads, double *gbps, dd_error *err) {
 dd_status dd_measure_read_bandwidth(dd_backend b, int threads, double *gbps, dd_error *err) {
     dd_error_clear(err);
     if (!gbps) return dd_fail(err, DD_EINVAL, "dd_measure_read_bandwidth: gbps is NULL");
-    if (b == DD_BACKEND_CUDA) {
-#ifdef DD_WITH_CUDA
-        return dd_cuda_copy_bandwidth(gbps, err);
-#else
-        return dd_fail(err, DD_EUNSUPPORTED, "backend cuda: this build has no CUDA backend");
-#endif
-    }
-    return cpu_bandwidth(threads, gbps, err);
+    const dd_backend_row *row;
+    dd_status s = dd_registry_pick(b, &row, err);
+    return s ? s : row->read_bandwidth(threads, gbps, err);
 }

@@ -18,7 +18,7 @@
  * Everything (plans included) is allocated by cpu_init for G streams; decode and score allocate nothing. A
  * stream's results do not depend on n, its row, or the thread count (see cpu.h, "Exactness").
  */
-#include "backend.h"
+#include "registry.h" /* backend.h, and the declaration of this backend's vtable */
 #include "cpu.h"
 #include "plan.h"
 #include "sample.h"

@@ -1,50 +1,12 @@
-/* dd_decoder: backend choice, the argument checks of SPEC §3 point 6 (before any work), and the guarantee that
- * nothing is written to the caller's outputs on error. */
-#include "backend.h"
+/* dd_decoder: backend choice (the registry's row, registry.h), the argument checks of SPEC §3 point 6 (before any
+ * work), and the guarantee that nothing is written to the caller's outputs on error. */
+#include "registry.h"
 #include "sample.h"
 #include "util.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-static const dd_backend_vt *backend_vt(dd_backend b) {
-    switch (b) {
-    case DD_BACKEND_REF: return &dd_ref_backend;
-#ifdef DD_WITH_CPU
-    case DD_BACKEND_CPU: return &dd_cpu_backend;
-#endif
-#ifdef DD_WITH_CUDA
-    case DD_BACKEND_CUDA: return dd_cuda_device_present() ? &dd_cuda_backend : NULL;
-#endif
-    default: return NULL;
-    }
-}
-
-const char *dd_backend_name(dd_backend b) {
-    switch (b) {
-    case DD_BACKEND_AUTO: return "auto";
-    case DD_BACKEND_REF: return "ref";
-    case DD_BACKEND_CPU: return "cpu";
-    case DD_BACKEND_CUDA: return "cuda";
-    }
-    return "?";
-}
-
-dd_status dd_backend_parse(const char *s, dd_backend *out) {
-    static const dd_backend all[] = {DD_BACKEND_AUTO, DD_BACKEND_REF, DD_BACKEND_CPU, DD_BACKEND_CUDA};
-    for (size_t i = 0; s && i < sizeof all / sizeof *all; i++)
-        if (strcmp(s, dd_backend_name(all[i])) == 0) {
-            *out = all[i];
-            return DD_OK;
-        }
-    return DD_EINVAL;
-}
-
-int dd_backend_available(dd_backend b) {
-    if (b == DD_BACKEND_AUTO) return 1;
-    return backend_vt(b) != NULL;
-}
 
 dd_decoder_params dd_decoder_default_params(void) {
     return (dd_decoder_params){.backend = DD_BACKEND_AUTO, .max_batch = 64, .threads = 0};
@@ -61,31 +23,14 @@ dd_status dd_decoder_create(dd_decoder **out, const dd_model *m, const dd_decode
     if (dp.max_batch < 1 || dp.max_batch > DD_MAX_BATCH)
         return dd_fail(err, DD_EINVAL, "max_batch %d outside [1, %d]", dp.max_batch, DD_MAX_BATCH);
     if (dp.threads < 0 || dp.threads > 1024) return dd_fail(err, DD_EINVAL, "threads %d outside [0, 1024]", dp.threads);
-    dd_backend b = dp.backend;
-    if (b == DD_BACKEND_AUTO) {
-        static const dd_backend order[] = {DD_BACKEND_CUDA, DD_BACKEND_CPU, DD_BACKEND_REF};
-        for (size_t i = 0; i < sizeof order / sizeof *order; i++)
-            if (backend_vt(order[i])) {
-                b = order[i];
-                break;
-            }
-    }
-    const dd_backend_vt *vt = backend_vt(b);
-    if (!vt) {
-        if (b == DD_BACKEND_CUDA)
-            return dd_fail(err, DD_EUNSUPPORTED,
-#ifdef DD_WITH_CUDA
-                           "backend cuda: no CUDA device is available"
-#else
-                           "backend cuda: this build has no CUDA backend (build with make CUDA=1)"
-#endif
-            );
-        return dd_fail(err, DD_EUNSUPPORTED, "backend %s: not built into this library", dd_backend_name(b));
-    }
+    const dd_backend_row *row;
+    dd_status ps = dd_registry_pick(dp.backend, &row, err);
+    if (ps) return ps;
+    const dd_backend_vt *vt = row->vt;
     dd_decoder *d = calloc(1, sizeof *d);
     if (!d) return dd_fail(err, DD_ENOMEM, "decoder: out of memory");
     d->m = m;
-    d->backend = b;
+    d->backend = row->info.id;
     d->max_batch = dp.max_batch;
     d->threads = dp.threads;
     d->vt = vt;

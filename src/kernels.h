@@ -67,14 +67,7 @@ typedef struct dd_attend_args {
  * drawn code's embedding row gathered as the next pass's input (done by the backend with the model's embed view;
  * CSM tables also go through in()). Contract: code = dd_sample_core(logits, V, T, K, seed, frame, level). */
 
-#ifdef DD_WITH_CUDA
-/* Test entry points of the CUDA backend: copy the arguments (weights included) to the device, run the same
- * kernel the backend's frame graph runs, copy the outputs back. For tests only (slow: they allocate). */
-dd_status dd_cuda_linear_host(const dd_linear_args *a, dd_error *err);
-dd_status dd_cuda_attend_host(const dd_attend_args *a, dd_error *err);
-/* Sample V logits on the device (the device's Philox/Gumbel path); for the bit-identity test against the CPU. */
-dd_status dd_cuda_sample_host(const float *logits, int n, int V, float T, int K, const uint64_t *seeds,
-                              const uint64_t *frames, int level, int32_t *codes, dd_error *err);
-#endif
+/* Each backend's entry points that run these contracts once on host buffers, for the tests, are hooks of its row in
+ * the backend registry (registry.h: dd_backend_test). */
 
 #endif

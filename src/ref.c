@@ -6,7 +6,7 @@
  * position p through all layers before position p+1 is the same computation as running a pass's positions
  * together, layer by layer.
  */
-#include "backend.h"
+#include "registry.h" /* backend.h, and the declaration of this backend's vtable */
 #include "sample.h"
 #include "util.h"
 

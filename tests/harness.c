@@ -489,3 +489,49 @@ void th_attend_free(th_attend *A) {
     free(A->vr);
     free(A->want);
 }
+
+/* ---- backends ------------------------------------------------------------------------------------------------- */
+
+int th_variants(th_variant *out, int cap, int with_oracle) {
+    int n = 0;
+    for (int i = 0; i < dd_registry_count; i++) {
+        const dd_backend_row *r = &dd_registry[i], *picked;
+        const dd_backend_test *t = &r->test;
+        dd_error e;
+        if (t->oracle && !with_oracle) continue;
+        if (dd_registry_pick(r->info.id, &picked, &e)) {
+            printf("  %s: skipped\n", e.msg); /* "backend cuda: no CUDA device is available" */
+            continue;
+        }
+        for (int v = 0; v < (t->nvariants ? t->nvariants : 1) && n < cap; v++) {
+            th_variant *x = &out[n];
+            *x = (th_variant){r, v, ""};
+            if (!t->nvariants) {
+                snprintf(x->name, sizeof x->name, "%s", r->info.name);
+            } else if (t->variant_supported(v)) {
+                snprintf(x->name, sizeof x->name, "%s-%s", r->info.name, t->variant_name(v));
+            } else {
+                printf("  %s %s: not supported by this build or machine: skipped\n", r->info.name, t->variant_name(v));
+                continue;
+            }
+            n++;
+        }
+    }
+    return n;
+}
+
+dd_decoder *th_decoder(const dd_model *m, dd_backend b, int v, int max_batch, int threads) {
+    dd_decoder_params p = dd_decoder_default_params();
+    p.backend = b;
+    p.max_batch = max_batch;
+    p.threads = threads;
+    dd_decoder *d = NULL;
+    dd_error e;
+    dd_status s = dd_decoder_create(&d, m, &p, &e);
+    const dd_backend_row *r = dd_registry_row(b);
+    if (!s && v >= 0 && r && r->test.use_variant) s = r->test.use_variant(d, v, &e);
+    if (s) printf("  decoder %s: %s\n", dd_backend_name(b), e.msg);
+    assert_int_equal(s, DD_OK);
+    assert_int_equal(dd_decoder_backend(d), b);
+    return d;
+}

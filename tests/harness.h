@@ -16,6 +16,24 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "registry.h"
+
+/* ---- backends: the registry's rows (src/registry.h), as every test program walks them ------------------- */
+
+/* One way to run one backend: a registry row and, for a backend with variants (cpu: instruction sets), which. */
+typedef struct th_variant {
+    const dd_backend_row *row;
+    int v;         /* the variant, for row->test.use_variant / linear_host ...; 0 for a backend without variants */
+    char name[32]; /* "cuda", "cpu-avx2" */
+} th_variant;
+
+/* Every (backend, variant) of the registry that can run here, in table order, into out[0 .. cap): the oracle too
+ * when with_oracle. Prints one "skipped" line, saying why, for each backend or variant that cannot. Returns the
+ * count. */
+int th_variants(th_variant *out, int cap, int with_oracle);
+/* A decoder of backend b (dd_decoder_create; fails the test on error), set to variant v when v >= 0 and the
+ * backend has variants. */
+dd_decoder *th_decoder(const dd_model *m, dd_backend b, int v, int max_batch, int threads);
 
 /* ---- seeds and random inputs (splitmix64) ------------------------------------------------------------------ */
 

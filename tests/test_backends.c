@@ -1,15 +1,16 @@
 /* End-to-end: every backend other than ref, judged by ref on the synthetic models.
  *
- * Backends: cpu at every instruction set this machine supports (generic C, AVX2, AVX-512; set per decoder with
- * dd_cpu_decoder_use_isa), and cuda when built and a device is present. For each:
+ * Backends: every row of the registry but the oracle (src/registry.h, through th_variants), at every variant that
+ * runs here (cpu: generic C, AVX2, AVX-512, set per decoder with dd_cpu_decoder_use_isa; cuda when built and a
+ * device is present). For each:
  *   score      teacher-forced logits (and logits0) within 1e-4 * max|ref| (the fixture threshold) on the tiny gpt
  *              and llama models in every weight type;
  *   codes      decoded codes identical to ref's for the same seeds on >= 99.9% of (stream, level) pairs over 256
  *              frames per model and setting (sampled T 0.9 / K 50 with c0 given and sampled, greedy, T 1.3 / K 5,
  *              no top-k);
  *   invariance a stream's codes identical decoded alone, inside a batch of 64 (at any row, in any order), in a
- *              batch larger than one internal group (300 streams), and with 1 or 2 threads; for cpu the logits
- *              are bit-identical too;
+ *              batch larger than one internal group (300 streams), and with 1 or 2 threads; for a backend whose
+ *              row promises exact_logits (cpu) the logits are bit-identical too;
  *   errors     a level with no finite logit fails with ref's error, and nothing is written;
  *   identity   a model without in_proj (in() = identity) agrees with ref;
  *   big        a frame of the GPT-dims and CSM-dims synthetic models against ref (set DD_TEST_QUICK=1 to skip:
@@ -27,7 +28,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu.h"
 #include "depthdec.h"
 #include "harness.h"
 #include "model.h"
@@ -38,55 +38,10 @@ static float normalish(void) { /* random inputs: the harness's generator (harnes
 
 /* ---- backends under test --------------------------------------------------------------------------------- */
 
-typedef struct variant {
-    dd_backend b;
-    int isa; /* cpu: forced instruction set */
-    char name[32];
-} variant;
-
-static variant g_var[8];
+static th_variant g_var[16]; /* every backend but the oracle, every variant that runs here (harness.h) */
 static int g_nvar;
 
-static void list_variants(void) {
-    g_nvar = 0;
-    static const dd_backend bs[] = {DD_BACKEND_CPU, DD_BACKEND_CUDA};
-    for (size_t i = 0; i < sizeof bs / sizeof *bs; i++) {
-        if (!dd_backend_available(bs[i])) {
-            printf("  backend %s: not available in this build/machine: skipped\n", dd_backend_name(bs[i]));
-            continue;
-        }
-        if (bs[i] != DD_BACKEND_CPU) {
-            variant *v = &g_var[g_nvar++];
-            *v = (variant){bs[i], -1, ""};
-            snprintf(v->name, sizeof v->name, "%s", dd_backend_name(bs[i]));
-            continue;
-        }
-        for (int isa = 0; isa < DD_CPU_NISA; isa++) {
-            if (!dd_cpu_isa_supported((dd_cpu_isa)isa)) {
-                printf("  cpu %s: not supported here: skipped\n", dd_cpu_isa_name((dd_cpu_isa)isa));
-                continue;
-            }
-            variant *v = &g_var[g_nvar++];
-            *v = (variant){DD_BACKEND_CPU, isa, ""};
-            snprintf(v->name, sizeof v->name, "cpu-%s", dd_cpu_isa_name((dd_cpu_isa)isa));
-        }
-    }
-}
-
-static dd_decoder *make(const dd_model *m, dd_backend b, int isa, int max_batch, int threads) {
-    dd_decoder_params p = dd_decoder_default_params();
-    p.backend = b;
-    p.max_batch = max_batch;
-    p.threads = threads;
-    dd_decoder *d = NULL;
-    dd_error e;
-    dd_status s = dd_decoder_create(&d, m, &p, &e);
-    if (!s && b == DD_BACKEND_CPU) s = dd_cpu_decoder_use_isa(d, (dd_cpu_isa)isa, &e);
-    if (s) printf("  decoder: %s\n", e.msg);
-    assert_int_equal(s, DD_OK);
-    assert_int_equal(dd_decoder_backend(d), b);
-    return d;
-}
+#define VAR(v) g_var[v].row->info.id, g_var[v].v
 
 static dd_model *synth(const char *kind, dd_dtype t, uint64_t seed) {
     dd_model *m = NULL;
@@ -149,13 +104,13 @@ static void test_score_vs_ref(void **state) {
             int32_t *codes = th_rand_codes(m, n, c->levels);
             float *lr = malloc(nl * sizeof(float)), *l0r = malloc(n0 * sizeof(float));
             float *lx = malloc(nl * sizeof(float)), *l0x = malloc(n0 * sizeof(float));
-            dd_decoder *ref = make(m, DD_BACKEND_REF, -1, n, 1);
+            dd_decoder *ref = th_decoder(m, DD_BACKEND_REF, -1, n, 1);
             score_ok(ref, n, h, codes, lr, l0r);
             dd_decoder_free(ref);
             for (int v = 0; v < g_nvar; v++) {
                 th_poison(lx, nl);
                 th_poison(l0x, n0);
-                dd_decoder *d = make(m, g_var[v].b, g_var[v].isa, n, 0);
+                dd_decoder *d = th_decoder(m, VAR(v), n, 0);
                 score_ok(d, n, h, codes, lx, l0x);
                 dd_decoder_free(d);
                 double e1 = rel_err(lx, lr, nl), e0 = rel_err(l0x, l0r, n0);
@@ -206,9 +161,9 @@ static void test_codes_vs_ref(void **state) {
         for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
             dd_model *m = synth(tiny_kinds[k], types[t], rnd64());
             const int Q = dd_model_config(m)->levels;
-            dd_decoder *ref = make(m, DD_BACKEND_REF, -1, n, 1);
+            dd_decoder *ref = th_decoder(m, DD_BACKEND_REF, -1, n, 1);
             dd_decoder *d[8];
-            for (int v = 0; v < g_nvar; v++) d[v] = make(m, g_var[v].b, g_var[v].isa, n, 0);
+            for (int v = 0; v < g_nvar; v++) d[v] = th_decoder(m, VAR(v), n, 0);
             for (size_t si = 0; si < sizeof settings / sizeof *settings; si++) {
                 const setting *st = &settings[si];
                 long pairs = 0, same[8] = {0};
@@ -277,17 +232,17 @@ static void test_batch_invariance(void **state) {
         int32_t *a = malloc((size_t)big * Q * 4), *b = malloc((size_t)big * Q * 4);
         float *la = malloc((size_t)big * LP * 4), *lb = malloc((size_t)big * LP * 4);
         for (int v = 0; v < g_nvar; v++) {
-            const variant *vr = &g_var[v];
-            const int cpu = vr->b == DD_BACKEND_CPU;
+            const th_variant *vr = &g_var[v];
+            const int exact = vr->row->test.exact_logits; /* logits bit-identical too (cpu.h) */
             /* the batch of 64 with 2 threads: the baseline */
-            dd_decoder *d2 = make(m, vr->b, vr->isa, big, 2);
+            dd_decoder *d2 = th_decoder(m, VAR(v), big, 2);
             decode_ok(d2, n, h, NULL, seeds, frames, &s, a);
             score_ok(d2, n, h, tf, la, NULL);
             /* 1 thread, the same batch */
-            dd_decoder *d1 = make(m, vr->b, vr->isa, big, 1);
+            dd_decoder *d1 = th_decoder(m, VAR(v), big, 1);
             decode_ok(d1, n, h, NULL, seeds, frames, &s, b);
             assert_memory_equal(a, b, (size_t)n * Q * 4);
-            if (cpu) {
+            if (exact) {
                 score_ok(d1, n, h, tf, lb, NULL);
                 assert_memory_equal(la, lb, (size_t)n * LP * 4);
             }
@@ -297,7 +252,7 @@ static void test_batch_invariance(void **state) {
                 int32_t one[64];
                 decode_ok(dd, 1, h + (size_t)r * I, NULL, seeds + r, frames + r, &s, one);
                 assert_memory_equal(one, a + (size_t)r * Q, (size_t)Q * 4);
-                if (cpu && r % 8 == 3) {
+                if (exact && r % 8 == 3) {
                     score_ok(dd, 1, h + (size_t)r * I, tf + (size_t)r * Q, lb, NULL);
                     assert_memory_equal(lb, la + (size_t)r * LP, LP * 4);
                 }
@@ -324,14 +279,14 @@ static void test_batch_invariance(void **state) {
                 decode_ok(d1, 1, h + (size_t)r * I, NULL, seeds + r, frames + r, &s, one);
                 assert_memory_equal(one, b + (size_t)r * Q, (size_t)Q * 4);
             }
-            if (cpu) {
+            if (exact) {
                 score_ok(d1, big, h, tf, lb, NULL);
                 assert_memory_equal(lb, la, (size_t)n * LP * 4);
                 score_ok(d2, 1, h + (size_t)(big - 1) * I, tf + (size_t)(big - 1) * Q, la, NULL);
                 assert_memory_equal(la, lb + (size_t)(big - 1) * LP, LP * 4);
             }
             printf("  %-10s %-5s %-10s codes%s identical: alone, in 64 (any row), in 300, 1 and 2 threads\n",
-                   ms[mi].kind, dd_dtype_name(ms[mi].t), vr->name, cpu ? " and logits" : "");
+                   ms[mi].kind, dd_dtype_name(ms[mi].t), vr->name, exact ? " and logits" : "");
             dd_decoder_free(d1);
             dd_decoder_free(d2);
         }
@@ -361,11 +316,11 @@ static void test_nonfinite_level(void **state) {
         int32_t *c0 = th_rand_codes(m, n, 1), codes[5 * 64];
         dd_sampling s = dd_sampling_default();
         dd_error er, ex;
-        dd_decoder *ref = make(m, DD_BACKEND_REF, -1, n, 1);
+        dd_decoder *ref = th_decoder(m, DD_BACKEND_REF, -1, n, 1);
         dd_status sr = dd_decode(ref, n, h, c0, NULL, NULL, &s, codes, &er);
         assert_int_equal(sr, DD_ENUMERIC);
         for (int v = 0; v < g_nvar; v++) {
-            dd_decoder *d = make(m, g_var[v].b, g_var[v].isa, n, 0);
+            dd_decoder *d = th_decoder(m, VAR(v), n, 0);
             for (int i = 0; i < n * Q; i++) codes[i] = -7;
             dd_status sx = dd_decode(d, n, h, c0, NULL, NULL, &s, codes, &ex);
             assert_int_equal(sx, DD_ENUMERIC);
@@ -400,11 +355,11 @@ static void test_identity_in_proj(void **state) {
     float *h = rand_hidden(m, n), *lr = malloc(nl * 4), *lx = malloc(nl * 4);
     int32_t *c0 = th_rand_codes(m, n, 1), *tf = th_rand_codes(m, n, Q), cr[16 * 64], cx[16 * 64];
     dd_sampling s = dd_sampling_default();
-    dd_decoder *ref = make(m, DD_BACKEND_REF, -1, n, 1);
+    dd_decoder *ref = th_decoder(m, DD_BACKEND_REF, -1, n, 1);
     decode_ok(ref, n, h, c0, NULL, NULL, &s, cr);
     score_ok(ref, n, h, tf, lr, NULL);
     for (int v = 0; v < g_nvar; v++) {
-        dd_decoder *d = make(m, g_var[v].b, g_var[v].isa, n, 0);
+        dd_decoder *d = th_decoder(m, VAR(v), n, 0);
         decode_ok(d, n, h, c0, NULL, NULL, &s, cx);
         score_ok(d, n, h, tf, lx, NULL);
         int same = 0;
@@ -447,7 +402,7 @@ static void test_big_models(void **state) {
         int32_t *c0 = th_rand_codes(m, 1, 1), cr[64], cx[64];
         uint64_t seed = rnd64(), frame = rnd64() % 1000;
         dd_sampling s = dd_sampling_default();
-        dd_decoder *ref = make(m, DD_BACKEND_REF, -1, 1, 1);
+        dd_decoder *ref = th_decoder(m, DD_BACKEND_REF, -1, 1, 1);
         decode_ok(ref, 1, h, c0, &seed, &frame, &s, cr);
         float *lr = NULL, *lx = NULL;
         if (ms[mi].score) {
@@ -458,10 +413,8 @@ static void test_big_models(void **state) {
         dd_decoder_free(ref);
         for (int v = 0; v < g_nvar; v++) {
             /* the fastest variant of each backend is what users run; the others are covered on tiny models */
-            if (g_var[v].b == DD_BACKEND_CPU && g_var[v].isa != (int)DD_CPU_NISA - 1 &&
-                dd_cpu_isa_supported((dd_cpu_isa)(DD_CPU_NISA - 1)))
-                continue;
-            dd_decoder *d = make(m, g_var[v].b, g_var[v].isa, 1, 0);
+            if (v + 1 < g_nvar && g_var[v + 1].row == g_var[v].row) continue; /* the last is the fastest */
+            dd_decoder *d = th_decoder(m, VAR(v), 1, 0);
             decode_ok(d, 1, h, c0, &seed, &frame, &s, cx);
             int same = 0;
             for (int i = 0; i < Q; i++) same += cx[i] == cr[i];
@@ -488,7 +441,7 @@ static void test_big_models(void **state) {
 
 int main(void) {
     th_seed_init("test_backends");
-    list_variants();
+    g_nvar = th_variants(g_var, 16, 0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_score_vs_ref, th_reseed),
         cmocka_unit_test_setup(test_codes_vs_ref, th_reseed),

@@ -45,6 +45,8 @@ void dd_cuda_test_profile(int on, unsigned long long *out);     /* src/cuda/fram
 int dd_cuda_test_timeline(int on, int max_ops, unsigned long long *out); /* src/cuda/frame.cu */
 void dd_cuda_test_probes(int on, unsigned long long *out);                /* src/cuda/frame.cu: 32 pairs */
 void dd_cuda_test_crossover(dd_decoder *d, int nmax); /* src/cuda/backend.cu: latency executor up to nmax streams */
+/* the kernel entry points (dd_cuda_linear_host, _attend_host, _sample_host) are hooks of the registry's cuda row */
+static const dd_backend_test *cu_hooks(void) { return &dd_registry_row(DD_BACKEND_CUDA)->test; }
 #endif
 
 static int cuda_ready(void) {
@@ -90,7 +92,7 @@ static void check_linear(const th_lcase *c) {
         dd_linear_args a = th_linear_args(&L, y[big]);
         dd_error e;
         dd_cuda_test_force_big(big);
-        dd_status st = dd_cuda_linear_host(&a, &e);
+        dd_status st = cu_hooks()->linear_host(&a, 0, 0, &e);
         dd_cuda_test_force_big(0);
         if (st) fail_msg("linear T=%d N=%d K=%d %s: %s", T, N, c->K, dd_dtype_name(c->type), e.msg);
         assert_int_equal(th_linear_check(&L, y[big], big ? "cuda (large schedule)" : "cuda (small schedule)",
@@ -118,7 +120,7 @@ static void check_linear(const th_lcase *c) {
             a.ldr = L.ldr;
             a.add = L.add ? L.add + (size_t)t * L.lda : NULL;
             dd_error e;
-            assert_int_equal(dd_cuda_linear_host(&a, &e), DD_OK);
+            assert_int_equal(cu_hooks()->linear_host(&a, 0, 0, &e), DD_OK);
             for (int j = 0; j < N; j++)
                 if (th_bits(y1[j]) != th_bits(y[0][(size_t)t * ldy + j]))
                     fail_msg("linear T=%d N=%d K=%d %s: row %d alone differs at column %d: %.9g vs %.9g", T, N, c->K,
@@ -194,7 +196,7 @@ static void test_attend(void **state) {
         assert_true(out && kc && vc);
         dd_attend_args a = th_attend_args(&A, out, kc, vc);
         dd_error e;
-        if (dd_cuda_attend_host(&a, &e)) fail_msg("attend: %s", e.msg);
+        if (cu_hooks()->attend_host(&a, 0, 0, &e)) fail_msg("attend: %s", e.msg);
         assert_int_equal(th_attend_check(&A, out, kc, vc, "cuda", &worst), 0);
         free(out), free(kc), free(vc);
         th_attend_free(&A);
@@ -236,7 +238,7 @@ static void test_sample(void **state) {
         }
         int32_t codes[48];
         dd_error e;
-        dd_status st = dd_cuda_sample_host(z, n, V, T, K, seeds, frames, level, codes, &e);
+        dd_status st = cu_hooks()->sample_host(z, n, V, T, K, seeds, frames, level, codes, &e);
         if (st != DD_OK && st != DD_ENUMERIC) fail_msg("sample: %s", e.msg);
         for (int s = 0; s < n; s++) {
             int32_t want = dd_sample_core(z + (size_t)s * V, V, T, K, seeds[s], frames[s], level);

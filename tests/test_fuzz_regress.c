@@ -230,8 +230,8 @@ static long g_headroom_mb;
 static char g_gpt_q4[400]; /* the GPT-dims synthetic model as q4, saved once by the parent */
 
 /* In the child: load the GPT-dims q4 model from a file (mapped: almost no heap), cap the address space at
- * g_headroom_mb above what is mapped, then create a 64-stream decoder (ref or cpu: two worker threads, whose stacks count too) and decode a
- * frame. Every allocation failure on the way must come back as DD_ENOMEM with a message. */
+ * g_headroom_mb above what is mapped, then create a 64-stream decoder of a backend whose row says host_memory (ref;
+ * cpu: two worker threads, whose stacks count too) and decode a frame. Every allocation failure on the way must come back as DD_ENOMEM with a message. */
 static int big_decoder(char *msg, size_t cap) {
     dd_model *m = NULL;
     dd_error e;
@@ -284,20 +284,20 @@ static void test_decoder_enomem(void **state) {
         print_message("  sanitizer build: RLIMIT_AS cannot be used: skipped\n");
         skip();
     }
-    static const dd_backend bs[] = {DD_BACKEND_REF, DD_BACKEND_CPU};
     static const long headroom[] = {0, 1, 2, 4, 8, 16, 32, 64, 128};
     char msg[600];
     snprintf(g_gpt_q4, sizeof g_gpt_q4, "%s/gpt-q4.safetensors", fz_tmpdir());
     /* built in a child, so that this process's heap (which the children inherit) stays small */
     if (run_limited(save_gpt_q4, 0, 0, msg, sizeof msg) != DD_OK) fail_msg("%s", msg);
-    for (size_t i = 0; i < sizeof bs / sizeof *bs; i++) {
-        if (!dd_backend_available(bs[i])) continue;
-        g_backend = bs[i];
+    for (int i = 0; i < dd_registry_count; i++) { /* every backend whose decoder lives in host memory */
+        const dd_backend_row *r = &dd_registry[i];
+        if (!r->test.host_memory || !dd_registry_usable(r)) continue;
+        g_backend = r->info.id;
         int nomem = 0;
         for (size_t k = 0; k < sizeof headroom / sizeof *headroom; k++) {
             g_headroom_mb = headroom[k];
             int s = run_limited(big_decoder, 0, 0, msg, sizeof msg);
-            print_message("  %s decoder, %3ld MB headroom -> %s: %s\n", dd_backend_name(bs[i]), headroom[k],
+            print_message("  %s decoder, %3ld MB headroom -> %s: %s\n", r->info.name, headroom[k],
                           s >= 0 && s < 8 ? status_names[s] : "CRASH", msg);
             if (s == 102) fail_msg("could not build the model: %s", msg);
             assert_true(s == DD_ENOMEM || s == DD_OK);
@@ -318,11 +318,10 @@ static void test_batch_bounds(void **state) {
     dd_model *m;
     dd_error e;
     if (dd_model_synthetic(&m, "tiny-gpt", DD_F32, 1, &e)) fail_msg("%s", e.msg);
-    static const dd_backend bs[] = {DD_BACKEND_REF, DD_BACKEND_CPU};
-    for (size_t i = 0; i < sizeof bs / sizeof *bs; i++) {
-        if (!dd_backend_available(bs[i])) continue;
+    for (int i = 0; i < dd_backend_count(); i++) { /* every backend the library knows */
+        if (!dd_backend_available(dd_backend_at(i))) continue;
         dd_decoder_params p = dd_decoder_default_params();
-        p.backend = bs[i];
+        p.backend = dd_backend_at(i);
         dd_decoder *d = (dd_decoder *)1;
         p.max_batch = 0;
         assert_int_equal(dd_decoder_create(&d, m, &p, &e), DD_EINVAL);

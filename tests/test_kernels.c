@@ -1,6 +1,6 @@
-/* The kernel harness: every fast implementation of the src/kernels.h contracts — the CPU backend's at every
- * instruction set this machine supports (generic C, AVX2, AVX-512), with 1 and 2 threads, and the CUDA
- * backend's when built with DD_WITH_CUDA and a device is present — against the float64 reference maths of
+/* The kernel harness: every fast implementation of the src/kernels.h contracts — each registry row's kernel hooks
+ * (src/registry.h): the CPU backend's at every instruction set this machine supports (generic C, AVX2, AVX-512),
+ * with 1 and 2 threads, and the CUDA backend's when built with DD_WITH_CUDA and a device is present — against the float64 reference maths of
  * tests/harness.c (written from the contract text), on fresh random inputs (seed printed; DD_TEST_SEED=<n>
  * replays a run).
  *
@@ -32,52 +32,38 @@
 
 /* ---- implementations under test -------------------------------------------------------------------------- */
 
-enum { IMPL_CPU = 0, IMPL_CUDA = 1 };
+/* Every backend of the registry with the kernel hooks (src/registry.h: linear_host, attend_host), at every
+ * variant that runs here, with 1 and 2 threads for a threaded backend. */
 typedef struct impl {
-    int kind, isa, threads;
-    char name[32];
+    const dd_backend_row *row;
+    int v, threads;
+    char name[40];
 } impl;
 
 static impl g_impl[16];
 static int g_nimpl;
 
 static void list_impls(void) {
+    th_variant var[16];
+    int nvar = th_variants(var, 16, 0);
     g_nimpl = 0;
-    for (int isa = 0; isa < DD_CPU_NISA; isa++) {
-        if (!dd_cpu_isa_supported((dd_cpu_isa)isa)) {
-            printf("  cpu %s: not supported by this build or CPU: skipped\n", dd_cpu_isa_name((dd_cpu_isa)isa));
-            continue;
-        }
-        for (int th = 1; th <= 2; th++) {
+    for (int i = 0; i < nvar; i++) {
+        const dd_backend_test *t = &var[i].row->test;
+        if (!t->linear_host || !t->attend_host) continue;
+        for (int th = t->threaded ? 1 : 0; th <= (t->threaded ? 2 : 0) && g_nimpl < 16; th++) {
             impl *p = &g_impl[g_nimpl++];
-            *p = (impl){IMPL_CPU, isa, th, ""};
-            snprintf(p->name, sizeof p->name, "cpu-%s-t%d", dd_cpu_isa_name((dd_cpu_isa)isa), th);
+            *p = (impl){var[i].row, var[i].v, th, ""};
+            snprintf(p->name, sizeof p->name, th ? "%s-t%d" : "%s", var[i].name, th);
         }
     }
-#ifdef DD_WITH_CUDA
-    if (dd_backend_available(DD_BACKEND_CUDA)) {
-        impl *p = &g_impl[g_nimpl++];
-        *p = (impl){IMPL_CUDA, 0, 0, "cuda"};
-    } else {
-        printf("  cuda: no device: skipped\n");
-    }
-#else
-    printf("  cuda: not built (make CUDA=1): skipped\n");
-#endif
 }
 
 static dd_status run_linear(const impl *im, const dd_linear_args *a, dd_error *e) {
-#ifdef DD_WITH_CUDA
-    if (im->kind == IMPL_CUDA) return dd_cuda_linear_host(a, e);
-#endif
-    return dd_cpu_linear_host(a, im->isa, im->threads, e);
+    return im->row->test.linear_host(a, im->v, im->threads, e);
 }
 
 static dd_status run_attend(const impl *im, const dd_attend_args *a, dd_error *e) {
-#ifdef DD_WITH_CUDA
-    if (im->kind == IMPL_CUDA) return dd_cuda_attend_host(a, e);
-#endif
-    return dd_cpu_attend_host(a, im->isa, im->threads, e);
+    return im->row->test.attend_host(a, im->v, im->threads, e);
 }
 
 /* ---- linear ---------------------------------------------------------------------------------------------- */
@@ -93,9 +79,9 @@ static void check_linear_case(const th_lcase *c) {
     assert_non_null(y);
     for (int ii = 0; ii < g_nimpl; ii++) {
         const impl *im = &g_impl[ii];
-        /* T > 32 and a broadcast add (lda 0) are extensions of the cpu driver (cpu.h), not of the kernels.h
-         * contract every backend implements */
-        if (im->kind != IMPL_CPU && (c->T > 32 || (c->add && c->add_bcast))) continue;
+        /* T > 32 and a broadcast add (lda 0) are extensions of the cpu driver (cpu.h; its row's linear_ext), not
+         * of the kernels.h contract every backend implements */
+        if (!im->row->test.linear_ext && (c->T > 32 || (c->add && c->add_bcast))) continue;
         dd_linear_args a = th_linear_args(&L, y);
         dd_error e;
         dd_status st = run_linear(im, &a, &e);

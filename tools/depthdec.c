@@ -31,11 +31,40 @@ static const char *USAGE =
     "  quality (MODEL | --synthetic gpt|csm|tiny-gpt|tiny-llama) [--group-size G] [--rows N] [--backend B]\n"
     "          [--hidden H.npy --codes C.npy]   8- and 4-bit logit error and top-1 agreement per level\n"
     "\n"
-    "MODEL is a native .safetensors file or an HF CSM directory (config.json + model.safetensors[.index.json]).\n"
-    "Backends: auto (default: cuda if built and a GPU is present, else cpu, else ref), ref, cpu, cuda.\n"
+    "MODEL is a native .safetensors file or an HF CSM directory (config.json + model.safetensors[.index.json]).\n";
+/* then the "Backends: ..." line (print_usage), then: */
+static const char *USAGE_TAIL =
     "Rows of --hidden are consecutive frames of one stream: row n uses seed S and frame F + n.\n"
     "Defaults: --temperature 0.9 --top-k 50 (CSM's); --greedy means temperature 0.\n"
     "Run 'depthdec COMMAND --help' for one command.\n";
+
+/* The library's backends, from its table (dd_backend_at: slowest first; reverse: fastest first), joined by sep and,
+ * before the last, by last_sep; "auto" first when with_auto; "N on NAME" (its default demo/bench frames) when
+ * frames. The CLI lists no backend itself. */
+static const char *backend_list(char *buf, size_t cap, int with_auto, int reverse, int frames, const char *sep,
+                                const char *last_sep) {
+    int n = dd_backend_count(), total = n + (with_auto ? 1 : 0);
+    size_t len = 0;
+    buf[0] = 0;
+    for (int k = 0; k < total && len < cap; k++) {
+        int i = k - (with_auto ? 1 : 0);
+        const dd_backend_info *b = i < 0 ? NULL : dd_backend_info_get(dd_backend_at(reverse ? n - 1 - i : i));
+        const char *s = k == 0 ? "" : k == total - 1 ? last_sep : sep;
+        if (!b) len += (size_t)snprintf(buf + len, cap - len, "%sauto", s);
+        else if (frames) len += (size_t)snprintf(buf + len, cap - len, "%s%d on %s", s, b->demo_frames, b->name);
+        else len += (size_t)snprintf(buf + len, cap - len, "%s%s", s, b->name);
+    }
+    return buf;
+}
+
+static void print_usage(void) {
+    char order[200], names[200];
+    fputs(USAGE, stdout);
+    printf("Backends: auto (default: the fastest available: %s), %s.\n",
+           backend_list(order, sizeof order, 0, 1, 0, ", else ", ", else "),
+           backend_list(names, sizeof names, 0, 0, 0, ", ", ", "));
+    fputs(USAGE_TAIL, stdout);
+}
 
 static void die_usage(const char *fmt, ...) {
     va_list ap;
@@ -125,7 +154,9 @@ static int positionals(opts *o, const char **pos, int max) {
 static dd_backend opt_backend(opts *o) {
     const char *b = opt_str(o, "--backend");
     dd_backend be = DD_BACKEND_AUTO;
-    if (b && dd_backend_parse(b, &be)) die_usage("--backend '%s': want auto, ref, cpu or cuda", b);
+    char want[200];
+    if (b && dd_backend_parse(b, &be))
+        die_usage("--backend '%s': want %s", b, backend_list(want, sizeof want, 1, 0, 0, ", ", " or "));
     return be;
 }
 
@@ -221,9 +252,11 @@ static int cmd_info(opts *o) {
 
 static int cmd_demo(opts *o) {
     if (opt_flag(o, "--help")) {
+        char dflt[200];
         printf("usage: depthdec demo [--backend B] [--frames N] [--threads N] [--weights W]\n"
-               "Decodes N frames (default: 3 on ref, 20 on cpu, 200 on cuda) of one stream with the embedded\n"
-               "synthetic GPT-dims model (D 1024, 4 layers, 16 heads, F 4096, Q 32, V 2048; bf16 weights).\n");
+               "Decodes N frames (default: %s) of one stream with the embedded\n"
+               "synthetic GPT-dims model (D 1024, 4 layers, 16 heads, F 4096, Q 32, V 2048; bf16 weights).\n",
+               backend_list(dflt, sizeof dflt, 0, 0, 1, ", ", ", "));
         return 0;
     }
     dd_backend b = opt_backend(o);
@@ -243,7 +276,7 @@ static int cmd_demo(opts *o) {
         return 1;
     }
     dd_backend used = dd_decoder_backend(d);
-    if (!frames) frames = used == DD_BACKEND_REF ? 3 : used == DD_BACKEND_CPU ? 20 : 200;
+    if (!frames) frames = dd_backend_info_get(used)->demo_frames;
     const dd_config *c = dd_model_config(m);
     printf("depthdec %s demo: synthetic GPT-dims depth decoder (THE WEIGHTS ARE SYNTHETIC: deterministic random\n"
            "numbers, not a trained model, so the codes are not speech). Built in %.0f ms.\n",
@@ -535,7 +568,7 @@ static int cmd_bench(opts *o) {
         return 1;
     }
     dd_backend used = dd_decoder_backend(d);
-    if (!frames) frames = used == DD_BACKEND_REF ? 3 : used == DD_BACKEND_CPU ? 20 : 200;
+    if (!frames) frames = dd_backend_info_get(used)->demo_frames;
     size_t nh = (size_t)batch * c->input_dim;
     float *h = malloc(nh * sizeof *h);
     int32_t *c0 = malloc((size_t)batch * sizeof *c0), *codes = malloc((size_t)batch * c->levels * sizeof *codes);
@@ -575,7 +608,7 @@ static int cmd_bench(opts *o) {
                med / 80.0);
         printf("  weights        %.1f MB read per frame -> %.2f GB/s achieved\n", bytes / 1e6, bytes / (med * 1e6));
         printf("  read bandwidth %.2f GB/s measured now (%s) -> floor %.3f ms/frame, ratio to floor %.3f\n", gbps,
-               used == DD_BACKEND_CUDA ? "device-to-device copy" : "streaming read", floor_ms, med / floor_ms);
+               dd_backend_info_get(used)->bandwidth_method, floor_ms, med / floor_ms);
         if (js) {
             char tmp[1100];
             snprintf(tmp, sizeof tmp, "%s.tmp.%d", js, (int)getpid());
@@ -823,7 +856,7 @@ int main(int argc, char **argv) {
     if (argc < 2) die_usage("no command given");
     const char *cmd = argv[1];
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
-        fputs(USAGE, stdout);
+        print_usage();
         return 0;
     }
     if (!strcmp(cmd, "--version")) {

@@ -75,11 +75,13 @@ class ArgumentError(Error, ValueError):
 
 _ext.set_error_type(Error)
 
-_BACKENDS = ("auto", "ref", "cpu", "cuda")
+# "auto", then every backend the library knows (its table, slowest first), built in or not.
+_BACKENDS = ("auto",) + _ext.backends()
 
 
 def backend_available(name):
-    """True when this build has backend `name` ("ref", "cpu", "cuda"; "auto" always) and it can run here."""
+    """True when this build has backend `name` (one of _BACKENDS: "ref", "cpu", "cuda"; "auto" always) and it can run
+    here."""
     return _ext.backend_available(name)
 
 
@@ -265,8 +267,8 @@ def _sampling(temperature, top_k, greedy):
 class Decoder:
     """Per-thread decoding state on a Model (which it keeps alive).
 
-    Decoder(model, backend="auto", max_batch=64, threads=0): backend "auto" (cuda if built and a GPU is present,
-    else cpu, else ref), "ref", "cpu" or "cuda"; max_batch rows per library call (1..4096; longer inputs are
+    Decoder(model, backend="auto", max_batch=64, threads=0): backend "auto" (the fastest available: cuda if built
+    and a GPU is present, else cpu, else ref) or a name of the library's backend table ("ref", "cpu", "cuda"); max_batch rows per library call (1..4096; longer inputs are
     split); threads for the cpu backend (0 = one per core). `.backend` is the backend actually in use.
 
     Not thread-safe: use one Decoder per thread (a Model may be shared). Free it early with close() or `with`.

@@ -222,6 +222,16 @@ static struct py_decoder *get_decoder(PyObject *cap) {
     return pd;
 }
 
+/* DD_EINVAL "backend 'NAME': want auto, ref, cpu or cuda", the names from the library's backend table. */
+static PyObject *raise_bad_backend(const char *name) {
+    char msg[300];
+    size_t len = (size_t)snprintf(msg, sizeof msg, "backend '%.40s': want auto", name);
+    for (int i = 0, n = dd_backend_count(); i < n && len < sizeof msg; i++)
+        len += (size_t)snprintf(msg + len, sizeof msg - len, "%s%s", i == n - 1 ? " or " : ", ",
+                                dd_backend_name(dd_backend_at(i)));
+    return raise_status(DD_EINVAL, msg);
+}
+
 /* decoder_create(model_capsule, backend, max_batch, threads) -> capsule */
 static PyObject *decoder_create(PyObject *self, PyObject *args) {
     (void)self;
@@ -232,11 +242,7 @@ static PyObject *decoder_create(PyObject *self, PyObject *args) {
     dd_model *m = get_model(mcap);
     if (!m) return NULL;
     dd_decoder_params p = dd_decoder_default_params();
-    if (dd_backend_parse(backend, &p.backend)) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "backend '%.40s': want auto, ref, cpu or cuda", backend);
-        return raise_status(DD_EINVAL, msg);
-    }
+    if (dd_backend_parse(backend, &p.backend)) return raise_bad_backend(backend);
     p.max_batch = max_batch;
     p.threads = threads;
     dd_decoder *d = NULL;
@@ -407,12 +413,24 @@ static PyObject *backend_available(PyObject *self, PyObject *args) {
     const char *name;
     if (!PyArg_ParseTuple(args, "s:backend_available", &name)) return NULL;
     dd_backend b;
-    if (dd_backend_parse(name, &b)) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "backend '%.40s': want auto, ref, cpu or cuda", name);
-        return raise_status(DD_EINVAL, msg);
+    if (dd_backend_parse(name, &b)) return raise_bad_backend(name);
+    return PyBool_FromLong(dd_backend_available(b));
+}
+
+/* backends() -> tuple of the concrete backends' names, built in or not, slowest first (the library's table) */
+static PyObject *backends(PyObject *self, PyObject *unused) {
+    (void)self, (void)unused;
+    int n = dd_backend_count();
+    PyObject *t = PyTuple_New(n);
+    for (int i = 0; t && i < n; i++) {
+        PyObject *name = PyUnicode_FromString(dd_backend_name(dd_backend_at(i)));
+        if (!name) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, name);
     }
-    return PyBool_FromLong(b == DD_BACKEND_AUTO ? 1 : dd_backend_available(b));
+    return t;
 }
 
 static PyObject *status_name(PyObject *self, PyObject *args) {
@@ -434,6 +452,7 @@ static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS, "decode(dec, n, hidden, c0, seeds, frames, T, K, codes_out)"},
     {"score", score, METH_VARARGS, "score(dec, n, hidden, codes, logits_out, logits0_out)"},
     {"backend_available", backend_available, METH_VARARGS, "backend_available(name) -> bool"},
+    {"backends", backends, METH_NOARGS, "backends() -> names of the concrete backends, slowest first"},
     {"status_name", status_name, METH_VARARGS, "status_name(code) -> str"},
     {NULL, NULL, 0, NULL},
 };
