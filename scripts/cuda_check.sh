@@ -58,16 +58,6 @@ if has tests; then
     cat "$OUT/test_cuda.log" >>"$LOG"
     grep -vE "^\[ (RUN|  *OK) " "$OUT/test_cuda.log" | tail -40
     summary "test_cuda: rc $rc, $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/test_cuda.log" | tr '\n' ' ')"
-    say "test_cuda quick end-to-end and invariance with attention and sampling fused into their linears (DD_CUDA_FUSE=3)"
-    DD_TEST_QUICK=1 DD_CUDA_FUSE=3 DD_TEST_ONLY=test_e2e \
-        timeout 300 $B/test_cuda >"$OUT/test_fused.log" 2>&1
-    rc=$?
-    DD_TEST_QUICK=1 DD_CUDA_FUSE=3 DD_TEST_ONLY=test_invariance timeout 300 $B/test_cuda >>"$OUT/test_fused.log" 2>&1
-    rc2=$?
-    cat "$OUT/test_fused.log" >>"$LOG"
-    grep -E "identical to ref:|PASSED|FAILED" "$OUT/test_fused.log" | tail -4
-    summary "test_cuda fused (DD_CUDA_FUSE=3) test_e2e: rc $rc, test_invariance: rc $rc2"
-    rm -f "$OUT/test_fused.log"
     say "the other suites (DD_TEST_QUICK=1: their GPT/CSM-dims ref runs take minutes)"
     others=${OTHER_TESTS:-$(ls $B/test_* | grep -v test_cuda)}
     (DD_TEST_QUICK=1 timeout ${OTHER_TIMEOUT:-300} bash tests/run_all.sh $B $others) \

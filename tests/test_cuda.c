@@ -16,8 +16,10 @@
  *              in every weight type, plus one stream-frame of the GPT-dims and CSM-dims models).
  *   invariance a stream decoded alone and inside a batch of 256 (at several rows) gives the same codes, and its
  *              teacher-forced logits are bit-identical (GPT dims bf16 and q8, CSM dims, tiny models); a batch of
- *              512 runs.
- *   profile    not a check: where a frame's kernel time goes (per category, every block's %globaltimer).
+ *              512 runs; a stream alone runs on the latency executor, the batch on the frame kernel.
+ *   executors  the latency executor (lat.cu) against the frame kernel on the same inputs: bit-identical logits,
+ *              identical codes (tiny models in every weight type at n 1/3/8; GPT and CSM dims unless quick).
+ * Timings are not tests: depthdec bench, dev/cuda/lat_timeline.cu.
  * DD_TEST_QUICK=1 keeps only small cases (for compute-sanitizer runs); DD_TEST_ONLY=<name> runs one test;
  * DD_TEST_SEED=<n> replays a seed.
  */
@@ -41,9 +43,6 @@
 
 #ifdef DD_WITH_CUDA
 void dd_cuda_test_force_big(int on);                            /* src/cuda/host_entry.cu */
-void dd_cuda_test_profile(int on, unsigned long long *out);     /* src/cuda/frame.cu: 8 categories */
-int dd_cuda_test_timeline(int on, int max_ops, unsigned long long *out); /* src/cuda/frame.cu */
-void dd_cuda_test_probes(int on, unsigned long long *out);                /* src/cuda/frame.cu: 32 pairs */
 void dd_cuda_test_crossover(dd_decoder *d, int nmax); /* src/cuda/backend.cu: latency executor up to nmax streams */
 /* the kernel entry points (dd_cuda_linear_host, _attend_host, _sample_host) are hooks of the registry's cuda row */
 static const dd_backend_test *cu_hooks(void) { return &dd_registry_row(DD_BACKEND_CUDA)->test; }
@@ -479,150 +478,6 @@ static void test_executors(void **state) {
     executors("csm", DD_Q8, 1);
 }
 
-/* Where a frame's time goes (not a pass/fail test): kernel time by category, from %globaltimer in every block. */
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-static void profile(const char *kind, dd_dtype wt, int B, int frames) {
-    dd_model *m;
-    dd_error e;
-    if (dd_model_synthetic(&m, kind, wt, 1, &e)) fail_msg("%s", e.msg);
-    const dd_config *c = dd_model_config(m);
-    dd_decoder *d = make(m, DD_BACKEND_CUDA, B);
-    float *h = rand_hidden(m, B);
-    int32_t *codes = th_rand_codes(m, B, c->levels), *out = malloc((size_t)B * c->levels * 4);
-    int32_t *c0 = malloc((size_t)B * 4);
-    for (int i = 0; i < B; i++) c0[i] = codes[(size_t)i * c->levels];
-    dd_sampling s = dd_sampling_default();
-    assert_int_equal(dd_decode(d, B, h, c0, NULL, NULL, &s, out, &e), DD_OK);
-    dd_cuda_test_profile(1, NULL);
-    double t0 = now_s();
-    for (int f = 0; f < frames; f++) assert_int_equal(dd_decode(d, B, h, c0, NULL, NULL, &s, out, &e), DD_OK);
-    double wall = (now_s() - t0) / frames * 1e3;
-    unsigned long long p[8];
-    dd_cuda_test_profile(0, p);
-    double tot = (double)p[7];
-    const int P = c->levels - 1, LP = P * c->layers;
-    /* the fused categories are summed over every block that enters them: the completion-counter atomic of each
-     * block that is not the last, plus the attention/sampling work of the last one */
-    printf("  profile %s %s B=%d: %.3f ms/frame wall; share of block time: linear %.0f%%, large-batch linear %.0f%%, "
-           "attend op %.0f%%, sample op %.0f%%, fused attention %.0f%%, fused sampling %.0f%%, barrier wait + "
-           "op-descriptor load %.0f%%\n",
-           kind, dd_dtype_name(wt), B, wall, 100 * p[0] / tot, 100 * p[3] / tot, 100 * p[4] / tot, 100 * p[5] / tot,
-           100 * p[1] / tot, 100 * p[2] / tot, 100 * p[6] / tot);
-    (void)P;
-    (void)LP;
-    free(h), free(codes), free(out), free(c0);
-    dd_decoder_free(d);
-    dd_model_free(m);
-}
-/* The critical path of one frame, by op kind: from each block's start / work-done timestamps (%globaltimer).
- * work = last block done - first block started; imbalance = last done - median done; release skew = last start -
- * first start; gap = next op's first start - this op's last done (the grid barrier's latency). */
-static int cmp_u64(const void *a, const void *b) {
-    unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
-    return x < y ? -1 : x > y;
-}
-static void timeline(const char *kind, dd_dtype wt, int B) {
-    dd_model *m;
-    dd_error e;
-    if (dd_model_synthetic(&m, kind, wt, 1, &e)) fail_msg("%s", e.msg);
-    const dd_config *c = dd_model_config(m);
-    dd_decoder *d = make(m, DD_BACKEND_CUDA, B);
-    float *h = rand_hidden(m, B);
-    int32_t *codes = th_rand_codes(m, B, c->levels), *out = malloc((size_t)B * c->levels * 4);
-    int32_t *c0 = malloc((size_t)B * 4);
-    for (int i = 0; i < B; i++) c0[i] = codes[(size_t)i * c->levels];
-    dd_sampling s = dd_sampling_default();
-    assert_int_equal(dd_decode(d, B, h, c0, NULL, NULL, &s, out, &e), DD_OK);
-    const int MAXOPS = 1024;
-    int G = dd_cuda_test_timeline(1, MAXOPS, NULL);
-    dd_cuda_test_probes(1, NULL);
-    assert_int_equal(dd_decode(d, B, h, c0, NULL, NULL, &s, out, &e), DD_OK);
-    unsigned long long pr[64];
-    dd_cuda_test_probes(0, pr);
-    size_t n = (size_t)MAXOPS * G * 2 + MAXOPS;
-    unsigned long long *t = calloc(n, 8), *desc = t + (size_t)MAXOPS * G * 2, *dn = malloc((size_t)G * 8);
-    dd_cuda_test_timeline(0, MAXOPS, t);
-    enum { NK = 32 };
-    unsigned long long key[NK];
-    double sw[NK] = {0}, sg[NK] = {0}, si[NK] = {0}, ss[NK] = {0};
-    int cnt[NK] = {0}, nk = 0, prev = -1, nrun = 0;
-    unsigned long long first = 0, last = 0, prev_done = 0;
-    for (int i = 0; i < MAXOPS; i++) {
-        if (!desc[i]) continue;
-        unsigned long long smin = ~0ull, smax = 0, dmax = 0;
-        for (int b = 0; b < G; b++) {
-            unsigned long long s0 = t[((size_t)i * G + b) * 2], d0 = t[((size_t)i * G + b) * 2 + 1];
-            smin = s0 < smin ? s0 : smin;
-            smax = s0 > smax ? s0 : smax;
-            dmax = d0 > dmax ? d0 : dmax;
-            dn[b] = d0;
-        }
-        qsort(dn, (size_t)G, 8, cmp_u64);
-        int k = 0;
-        while (k < nk && key[k] != desc[i]) k++;
-        if (k == nk && nk < NK) key[nk++] = desc[i];
-        if (k == NK) k = NK - 1;
-        if (prev >= 0) sg[prev] += (double)smin - (double)prev_done; /* negative: the op did not wait for it */
-        sw[k] += (double)(dmax - smin);
-        si[k] += (double)(dmax - dn[G / 2]);
-        ss[k] += (double)(smax - smin);
-        cnt[k]++;
-        if (!nrun++) first = smin;
-        last = dmax;
-        prev = k;
-        prev_done = dmax;
-    }
-    printf("  timeline %s %s B=%d: %d ops run, %.1f us from the first op's start to the last op's end (grid %d)\n",
-           kind, dd_dtype_name(wt), B, nrun, (last - first) * 1e-3, G);
-    printf("    %-34s %5s %9s %9s %9s %9s %9s\n", "op (type T N K)", "count", "work us", "imbal us", "skew us",
-           "gap us", "total us");
-    for (int k = 0; k < nk; k++) {
-        unsigned long long q = key[k];
-        char name[64];
-        int ty = (int)(q & 255);
-        if (ty == 1)
-            snprintf(name, sizeof name, "linear T=%d %dx%d", (int)((q >> 8) & 0xFFFF), (int)((q >> 24) & 0xFFFFF),
-                     (int)(q >> 44));
-        else
-            snprintf(name, sizeof name, "%s", ty == 2 ? "attend" : ty == 3 ? "sample" : "?");
-        double cn = cnt[k];
-        printf("    %-34s %5d %9.2f %9.2f %9.2f %9.2f %9.1f\n", name, cnt[k], sw[k] / cn * 1e-3, si[k] / cn * 1e-3,
-               ss[k] / cn * 1e-3, sg[k] / cn * 1e-3, (sw[k] + sg[k]) * 1e-3);
-    }
-    static const char *pname[] = {"fused attn: counter atomics", "fused attn: attention (last block)",
-                                  "fused sample: counter atomic", "sample: logits to smem", "sample: select+gumbel",
-                                  "sample: gather", "attend op (per block)", "small linear (per block)",
-                                  "lin stage: x to smem", "lin stage: stats", "lin stage: normalize+pack",
-                                  "lin: chunks+reduce (1st round)", "lin: epilogue (1st round)", "attn: q+new keys",
-                                  "attn: append", "attn: scores+softmax", "attn: weighted values"};
-    for (int k = 0; k < 17; k++)
-        if (pr[2 * k + 1]) printf("    probe %-36s %7llu x %8.2f us\n", pname[k], pr[2 * k + 1], pr[2 * k] * 1e-3 / pr[2 * k + 1]);
-    if (pr[63]) printf("    SM clock of block 0: %.0f MHz\n", pr[62] * 1e3 / pr[63]);
-    dd_decoder_free(d);
-    dd_model_free(m);
-}
-
-static void test_profile(void **state) {
-    (void)state;
-    NEED_CUDA();
-    if (g_quick) {
-        printf("  DD_TEST_QUICK set: skipped\n");
-        return;
-    }
-    timeline("gpt", DD_BF16, 1);
-    timeline("gpt", DD_Q8, 1);
-    timeline("csm", DD_BF16, 1);
-    timeline("gpt", DD_BF16, 256);
-    profile("gpt", DD_BF16, 1, 20);
-    profile("gpt", DD_Q8, 1, 20);
-    profile("gpt", DD_BF16, 256, 3);
-    profile("csm", DD_BF16, 1, 20);
-}
-
 #else /* !DD_WITH_CUDA */
 
 static void test_linear(void **state) { (void)state; NEED_CUDA(); }
@@ -631,7 +486,6 @@ static void test_sample(void **state) { (void)state; NEED_CUDA(); }
 static void test_e2e(void **state) { (void)state; NEED_CUDA(); }
 static void test_invariance(void **state) { (void)state; NEED_CUDA(); }
 static void test_executors(void **state) { (void)state; NEED_CUDA(); }
-static void test_profile(void **state) { (void)state; NEED_CUDA(); }
 
 #endif
 
@@ -644,7 +498,6 @@ int main(void) {
         cmocka_unit_test_setup(test_linear, th_reseed),     cmocka_unit_test_setup(test_attend, th_reseed),
         cmocka_unit_test_setup(test_sample, th_reseed),     cmocka_unit_test_setup(test_e2e, th_reseed),
         cmocka_unit_test_setup(test_invariance, th_reseed), cmocka_unit_test_setup(test_executors, th_reseed),
-        cmocka_unit_test_setup(test_profile, th_reseed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

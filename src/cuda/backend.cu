@@ -85,18 +85,9 @@ static cu_sample *push_gather(prog *p, const cu_raw *table, int row_off, float *
     return S;
 }
 
-/* DD_CUDA_FUSE (experiments and tests): bit 0 runs attention inside the qkv linear, bit 1 sampling inside the head
- * linear (on the small schedule: the last block to finish its units runs it); otherwise (the default) each is its
- * own op after a grid barrier. Results do not depend on it. Measured on the H200, GPT bf16 batch 1, 2026-12-03:
- * 11.17 ms/frame separate vs 13.37 fused — the fused tail runs in one block, the separate op on the whole grid. */
-static int fuse_flags(void) {
-    static int f = -1;
-    if (f < 0) {
-        const char *e = getenv("DD_CUDA_FUSE");
-        f = e && *e ? atoi(e) & 3 : 0;
-    }
-    return f;
-}
+/* Attention and sampling run as ops of their own over the whole grid. (A variant that ran them inside the last
+ * block of the qkv / head linear (cu_op.lin.fuse) was slower on the H200 — 13.37 vs 11.17 ms/frame, GPT bf16 batch
+ * 1 — and is no longer selectable; the frame kernel keeps its code until the new executors replace it.) */
 
 static void build(cu_state *st, const dd_model *m, int variant, prog *p) {
     const dd_config *c = &m->cfg;
@@ -124,9 +115,8 @@ static void build(cu_state *st, const dd_model *m, int variant, prog *p) {
     /* position 1: emb0(c0) (+ pos[1]) into x rows 2s+1 */
     const float *pos1 = st->pos ? st->pos + D : NULL;
     if (variant == PROG_DECODE) {
-        cu_linear *Lh = push_lin(p, &st->head0, NULL, NULL, DD_NORM_NONE, NULL, NULL, eps, DD_ACT_NONE, hidden, I,
+        push_lin(p, &st->head0, NULL, NULL, DD_NORM_NONE, NULL, NULL, eps, DD_ACT_NONE, hidden, I,
                                  st->logits0, V, NULL, 0, NULL, 0, 1, 1);
-        if (fuse_flags() & 2) Lh->fuse = p->n;
         cu_sample *S = push_gather(p, &st->table, 0, st->x + D, 2 * D, pos1, 1);
         S->logits = st->logits0;
         S->ldl = V;
@@ -149,9 +139,8 @@ static void build(cu_state *st, const dd_model *m, int variant, prog *p) {
     for (int l = 1; l < Q; l++) {
         const int P = l == 1 ? 2 : 1, p0 = l == 1 ? 0 : l;
         for (int li = 0; li < L; li++) {
-            cu_linear *Lq = push_lin(p, &st->qkv[li], st->bqkv[li], NULL, nrm, st->n1w[li], st->n1b[li], eps,
+            push_lin(p, &st->qkv[li], st->bqkv[li], NULL, nrm, st->n1w[li], st->n1b[li], eps,
                                      DD_ACT_NONE, st->x, D, st->qkvb, qw, NULL, 0, NULL, 0, P, 1);
-            if (fuse_flags() & 1) Lq->fuse = p->n;
             cu_op *oa = push(p, CU_OP_ATTEND, 1);
             cu_attend *A = &oa->att;
             A->qkv = st->qkvb;
@@ -173,12 +162,11 @@ static void build(cu_state *st, const dd_model *m, int variant, prog *p) {
                      D, st->x, D, NULL, 0, P, 1);
         }
         /* head of level l on the last position of each stream */
-        cu_linear *Lh = push_lin(p, &st->heads[l - 1], NULL, NULL, nrm, st->norm_w, st->norm_b, eps, DD_ACT_NONE,
+        push_lin(p, &st->heads[l - 1], NULL, NULL, nrm, st->norm_w, st->norm_b, eps, DD_ACT_NONE,
                                  st->x + (size_t)(P - 1) * D, P * D, st->logits + (size_t)(l - 1) * V, (Q - 1) * V,
                                  NULL, 0, NULL, 0, 1, 1);
         int last = l == Q - 1;
         if (!decode && last) continue;
-        if (fuse_flags() & 2) Lh->fuse = p->n;
         cu_sample *S = push_gather(p, &st->table, l * V, st->x, D, st->pos && !last ? st->pos + (size_t)(l + 1) * D : NULL,
                                    1);
         S->gather = !last;

@@ -6,7 +6,7 @@
  * would cost ~1 us of launch latency, and nothing could run ahead. Here a grid barrier costs about as much (~2 us),
  * but a block prefetches (L2, bulk prefetch) the weights of the next linear before it even starts the current one,
  * so HBM keeps streaming while the blocks wait at barriers. Attention and sampling are ops of their own over the
- * whole grid by default; DD_CUDA_FUSE (backend.cu) instead runs them in the last block that completes a kv group
+ * whole grid; an older variant (cu_op.lin.fuse, no longer selected by backend.cu) ran them in the last block that completes a kv group
  * of the qkv linear / the head, saving a barrier per layer pass and per level but serialising them in one block
  * (slower).
  *
@@ -395,8 +395,6 @@ int cu_grid_size(void) {
         return grid = 0;
     }
     grid = sms;
-    const char *g = getenv("DD_CUDA_GRID"); /* experiments: fewer blocks than SMs (results do not depend on it) */
-    if (g && atoi(g) > 0 && atoi(g) < grid) grid = atoi(g);
     return grid;
 }
 
