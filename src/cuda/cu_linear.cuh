@@ -113,14 +113,7 @@ __device__ __forceinline__ void cu_chunk_small(float (&p)[4], const cu_mat &w, i
                     cu_sb(w, mt, gi, g + 8, s1, b1);
                     float a0 = 2 * cq < T ? sasum[(2 * cq) * w.NG + gi] : 0.0f;
                     float a1 = 2 * cq + 1 < T ? sasum[(2 * cq + 1) * w.NG + gi] : 0.0f;
-                    d[0][0] = d[0][0] + s0 * ga[0][0];
-                    d[0][0] = d[0][0] + b0 * a0;
-                    d[0][1] = d[0][1] + s0 * ga[0][1];
-                    d[0][1] = d[0][1] + b0 * a1;
-                    d[0][2] = d[0][2] + s1 * ga[0][2];
-                    d[0][2] = d[0][2] + b1 * a0;
-                    d[0][3] = d[0][3] + s1 * ga[0][3];
-                    d[0][3] = d[0][3] + b1 * a1;
+                    cu_qint_group(d[0], ga[0], s0, b0, s1, b1, a0, a1);
                 }
             } else {
                 cu_ktile<WM, 1>(d, A, b);
@@ -392,14 +385,7 @@ static __device__ __noinline__ void cu_gemm_big(const cu_linear &L, int T, const
                                     int t0 = (tb * CU_BIG_NT + wt * 4 + j) * 8 + 2 * cq;
                                     float a0 = t0 < T ? __ldcg(P.asum + (size_t)t0 * w.NG + gi) : 0.0f;
                                     float a1 = t0 + 1 < T ? __ldcg(P.asum + (size_t)(t0 + 1) * w.NG + gi) : 0.0f;
-                                    p[h][j][0] = p[h][j][0] + s0 * ga[h][j][0];
-                                    p[h][j][0] = p[h][j][0] + b0 * a0;
-                                    p[h][j][1] = p[h][j][1] + s0 * ga[h][j][1];
-                                    p[h][j][1] = p[h][j][1] + b0 * a1;
-                                    p[h][j][2] = p[h][j][2] + s1 * ga[h][j][2];
-                                    p[h][j][2] = p[h][j][2] + b1 * a0;
-                                    p[h][j][3] = p[h][j][3] + s1 * ga[h][j][3];
-                                    p[h][j][3] = p[h][j][3] + b1 * a1;
+                                    cu_qint_group(p[h][j], ga[h][j], s0, b0, s1, b1, a0, a1);
                                 }
                             }
                         } else {

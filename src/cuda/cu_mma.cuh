@@ -61,19 +61,26 @@ struct cu_raw_frag {
     uint4 a, b;
 };
 
-template <int TYPE>
+/* a read-only load: through the non-coherent cache from global memory, or plain from shared memory (SMEM) */
+template <bool SMEM, class T>
+__device__ __forceinline__ T cu_ro(const T *p) {
+    if (SMEM) return *p;
+    return __ldg(p);
+}
+
+template <int TYPE, bool SMEM = false>
 __device__ __forceinline__ void cu_load_raw(cu_raw_frag &r, const uint8_t *tile, int lane) {
     if (TYPE == DD_BF16 || TYPE == DD_F16) {
-        r.a = __ldg((const uint4 *)(tile + lane * 16));
+        r.a = cu_ro<SMEM>((const uint4 *)(tile + lane * 16));
     } else if (TYPE == DD_F32) {
-        r.a = __ldg((const uint4 *)(tile + lane * 32));
-        r.b = __ldg((const uint4 *)(tile + lane * 32 + 16));
+        r.a = cu_ro<SMEM>((const uint4 *)(tile + lane * 32));
+        r.b = cu_ro<SMEM>((const uint4 *)(tile + lane * 32 + 16));
     } else if (TYPE == DD_Q8) {
-        uint2 v = __ldg((const uint2 *)(tile + lane * 8));
+        uint2 v = cu_ro<SMEM>((const uint2 *)(tile + lane * 8));
         r.a.x = v.x;
         r.a.y = v.y;
     } else {
-        r.a.x = __ldg((const uint32_t *)(tile + lane * 4));
+        r.a.x = cu_ro<SMEM>((const uint32_t *)(tile + lane * 4));
     }
 }
 
@@ -88,9 +95,10 @@ __device__ __forceinline__ float cu_qval(const cu_raw_frag &r, int e) {
     return __uint_as_float(0x4B000000u | q) - 8388608.0f;
 }
 
+template <bool SMEM = false>
 __device__ __forceinline__ float cu_sb_load(const uint8_t *p, int sbtype) {
-    if (sbtype == DD_F32) return __ldg((const float *)p);
-    unsigned short h = __ldg((const unsigned short *)p);
+    if (sbtype == DD_F32) return cu_ro<SMEM>((const float *)p);
+    unsigned short h = cu_ro<SMEM>((const unsigned short *)p);
     if (sbtype == DD_F16) return __half2float(__ushort_as_half(h));
     return __uint_as_float((uint32_t)h << 16);
 }
@@ -100,6 +108,20 @@ __device__ __forceinline__ void cu_sb(const cu_mat &w, int mt, int gi, int r, fl
     int es = w.sb_bytes / 2;
     s = cu_sb_load(p, w.sbtype);
     b = cu_sb_load(p + es, w.sbtype);
+}
+
+/* Close quantization group (QINT) into the running partial d of an m16n8 fragment: d += s ga, then d += b asum, per
+ * element, in this order (s0/b0 row g, s1/b1 row g + 8; a0/a1 the group sums of the fragment's two tokens). */
+__device__ __forceinline__ void cu_qint_group(float (&d)[4], const float (&ga)[4], float s0, float b0, float s1,
+                                              float b1, float a0, float a1) {
+    d[0] = d[0] + s0 * ga[0];
+    d[0] = d[0] + b0 * a0;
+    d[1] = d[1] + s0 * ga[1];
+    d[1] = d[1] + b0 * a1;
+    d[2] = d[2] + s1 * ga[2];
+    d[2] = d[2] + b1 * a0;
+    d[3] = d[3] + s1 * ga[3];
+    d[3] = d[3] + b1 * a1;
 }
 
 /* The weight terms of one k-tile from its raw fragment. QDEQ dequantizes w = fl(fl(s q) + b) as MLX does. */

@@ -142,15 +142,10 @@ __device__ __forceinline__ void lt_st(u64 *p, float v, unsigned e) {
     u64 w = ((u64)e << 32) | __float_as_uint(v);
     asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(w));
 }
-__device__ __forceinline__ u64 lt_timer(void) {
-    u64 t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
 /* a wait that has spun long: give up when another SM flagged an error or after the timeout (flagged here) */
 __device__ __noinline__ int lt_give_up(const lt_params &P, u64 &t0) {
     if (*(volatile int *)&P.err[0] != CU_ERR_CLEAR) return 1;
-    u64 t = lt_timer();
+    u64 t = cu_gtimer();
     if (!t0) t0 = t;
     if (t - t0 > P.timeout_ns) {
         atomicExch(&P.err[0], CU_ERR_TIMEOUT);
@@ -207,7 +202,7 @@ __device__ u64 *lt_tl; /* [grid][LT_TL_MAX][4]: (end, pass << 32 | op, inputs st
 __shared__ u64 lt_marks[2];
 #define LT_MARK(i)                                                                                                 \
     do {                                                                                                           \
-        if (threadIdx.x == 0) lt_marks[i] = lt_timer();                                                            \
+        if (threadIdx.x == 0) lt_marks[i] = cu_gtimer();                                                            \
     } while (0)
 #else
 #define LT_MARK(i) ((void)0)
@@ -351,29 +346,6 @@ __device__ void lt_producer(const lt_params &P, const lt_sm &me, const lt_smem &
 
 /* ---- linear ------------------------------------------------------------------------------------------------ */
 
-template <int TYPE>
-__device__ __forceinline__ void lt_load_raw(cu_raw_frag &r, const uint8_t *tile, int lane) {
-    if (TYPE == DD_BF16 || TYPE == DD_F16) {
-        r.a = *(const uint4 *)(tile + lane * 16);
-    } else if (TYPE == DD_F32) {
-        r.a = *(const uint4 *)(tile + lane * 32);
-        r.b = *(const uint4 *)(tile + lane * 32 + 16);
-    } else if (TYPE == DD_Q8) {
-        uint2 v = *(const uint2 *)(tile + lane * 8);
-        r.a.x = v.x;
-        r.a.y = v.y;
-    } else {
-        r.a.x = *(const uint32_t *)(tile + lane * 4);
-    }
-}
-
-__device__ __forceinline__ float lt_sbv(const uint8_t *p, int sbtype) {
-    if (sbtype == DD_F32) return *(const float *)p;
-    unsigned short h = *(const unsigned short *)p;
-    if (sbtype == DD_F16) return __half2float(__ushort_as_half(h));
-    return __uint_as_float((uint32_t)h << 16);
-}
-
 /* The partial of chunk (m-tile mt, k-tiles kt0 .. kt0 + nkt) for one n-tile, as cu_chunk_small computes it, with
  * the weights in shared memory: wt = the chunk's first tile (tiles tile_bytes apart), sbp = the (s, b) rows of its
  * first group (QINT), brow = this lane's activation row at the chunk's first column, tv = tokens valid in the
@@ -388,7 +360,7 @@ __device__ __forceinline__ void lt_chunk(float (&p)[4], const cu_mat &w, int mt,
     if (FAST) {
 #pragma unroll
         for (int i = 0; i < CU_CKT; i++)
-            if (i < nkt) lt_load_raw<TYPE>(raw[FAST ? i : 0], wt + (size_t)i * w.tile_bytes, lane);
+            if (i < nkt) cu_load_raw<TYPE, true>(raw[FAST ? i : 0], wt + (size_t)i * w.tile_bytes, lane);
     }
     float d[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
     float ga[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
@@ -397,7 +369,7 @@ __device__ __forceinline__ void lt_chunk(float (&p)[4], const cu_mat &w, int mt,
 #pragma unroll(UNR)
     for (int i = 0; i < CU_CKT; i++) {
         if (i < nkt) {
-            if (!FAST) lt_load_raw<TYPE>(raw[0], wt + (size_t)i * w.tile_bytes, lane);
+            if (!FAST) cu_load_raw<TYPE, true>(raw[0], wt + (size_t)i * w.tile_bytes, lane);
             uint32_t b[1][4] = {{0u, 0u, 0u, 0u}};
             if (gv) {
                 uint2 l0 = *(const uint2 *)(brow + i * 16), l8 = *(const uint2 *)(brow + i * 16 + 8);
@@ -414,17 +386,10 @@ __device__ __forceinline__ void lt_chunk(float (&p)[4], const cu_mat &w, int mt,
                 if ((i + 1) % gkt == 0) {
                     const int gl = i / gkt, es = w.sb_bytes / 2;
                     const uint8_t *q0 = sbp + ((size_t)gl * 16 + g) * w.sb_bytes, *q1 = q0 + 8 * w.sb_bytes;
-                    float s0 = lt_sbv(q0, w.sbtype), b0 = lt_sbv(q0 + es, w.sbtype);
-                    float s1 = lt_sbv(q1, w.sbtype), b1 = lt_sbv(q1 + es, w.sbtype);
+                    float s0 = cu_sb_load<true>(q0, w.sbtype), b0 = cu_sb_load<true>(q0 + es, w.sbtype);
+                    float s1 = cu_sb_load<true>(q1, w.sbtype), b1 = cu_sb_load<true>(q1 + es, w.sbtype);
                     float a0 = as0 ? as0[gl] : 0.0f, a1 = as1 ? as1[gl] : 0.0f;
-                    d[0][0] = d[0][0] + s0 * ga[0][0];
-                    d[0][0] = d[0][0] + b0 * a0;
-                    d[0][1] = d[0][1] + s0 * ga[0][1];
-                    d[0][1] = d[0][1] + b0 * a1;
-                    d[0][2] = d[0][2] + s1 * ga[0][2];
-                    d[0][2] = d[0][2] + b1 * a0;
-                    d[0][3] = d[0][3] + s1 * ga[0][3];
-                    d[0][3] = d[0][3] + b1 * a1;
+                    cu_qint_group(d[0], ga[0], s0, b0, s1, b1, a0, a1);
                 }
             } else {
                 cu_ktile<WM, 1>(d, A, b);
@@ -846,7 +811,7 @@ extern "C" __global__ void __launch_bounds__(LT_THREADS, 1) lt_kernel(const __gr
     int tk = 0;
     if (lt_tl && threadIdx.x == 0) {
         u64 *e = lt_tl + (size_t)blockIdx.x * LT_TL_MAX * 4;
-        e[0] = lt_timer(), e[1] = ~0ull, e[2] = clock64();
+        e[0] = cu_gtimer(), e[1] = ~0ull, e[2] = clock64();
     }
     tk++;
 #endif
@@ -866,7 +831,7 @@ extern "C" __global__ void __launch_bounds__(LT_THREADS, 1) lt_kernel(const __gr
 #ifdef LT_TIMELINE
             if (lt_tl && threadIdx.x == 0 && tk < LT_TL_MAX - 1) {
                 u64 *e = lt_tl + ((size_t)blockIdx.x * LT_TL_MAX + tk) * 4;
-                e[0] = lt_timer();
+                e[0] = cu_gtimer();
                 e[1] = (u64)pass << 32 | (unsigned)st.op;
                 e[2] = lt_marks[0];
                 e[3] = lt_marks[1];
@@ -878,7 +843,7 @@ extern "C" __global__ void __launch_bounds__(LT_THREADS, 1) lt_kernel(const __gr
 #ifdef LT_TIMELINE
     if (lt_tl && threadIdx.x == 0) {
         u64 *e = lt_tl + ((size_t)blockIdx.x * LT_TL_MAX + LT_TL_MAX - 1) * 4;
-        e[2] = lt_timer(), e[3] = clock64();
+        e[2] = cu_gtimer(), e[3] = clock64();
     }
 #endif
 }
