@@ -226,13 +226,55 @@ struct lt_smem {
 
 #define LT_RUNS 64 /* the poll's run table */
 
+/* Shared memory at fixed offsets: every function derives its pointers from lt_dsm with constants, so they are
+ * shared-window addresses known at compile time (a struct of pointers passed by reference lives in local memory:
+ * every access an L1/L2 round trip, measured on the H200 as most of the step time). */
+#define LT_OFF_ACT LT_RING_BYTES
+#define LT_OFF_PART (LT_OFF_ACT + LT_ACT_BYTES)
+#define LT_OFF_ACC (LT_OFF_PART + LT_PART_SLOTS * 512)
+#define LT_OFF_RES (LT_OFF_ACC + LT_ACC_SLOTS * 512)
+#define LT_OFF_ASUM (LT_OFF_RES + LT_RES_FLOATS * 4)
+#define LT_OFF_OPS (LT_OFF_ASUM + LT_ASUM_FLOATS * 4)
+#define LT_OFF_STEPS (LT_OFF_OPS + LT_OPS_BYTES)
+#define LT_OFF_MISC (LT_OFF_STEPS + LT_STEPS_BYTES)
+extern __shared__ __align__(128) uint8_t lt_dsm[];
+__shared__ lt_params lt_P;            /* the launch's parameters, copied once */
+__shared__ int lt_pcs_off, lt_pcs_p0; /* where this SM's piece ranges start in the steps area; its first piece */
+
+__device__ __forceinline__ lt_smem lt_S(void) {
+    lt_smem S;
+    uint8_t *m = lt_dsm + LT_OFF_MISC;
+    S.ring = lt_dsm;
+    S.act = (uint32_t *)(lt_dsm + LT_OFF_ACT);
+    S.part = (float4 *)(lt_dsm + LT_OFF_PART);
+    S.acc = (float4 *)(lt_dsm + LT_OFF_ACC);
+    S.res = (float *)(lt_dsm + LT_OFF_RES);
+    S.asum = (float *)(lt_dsm + LT_OFF_ASUM);
+    S.ops = lt_dsm + LT_OFF_OPS;
+    S.steps = lt_dsm + LT_OFF_STEPS;
+    S.pcs = (const int2 *)(lt_dsm + LT_OFF_STEPS + lt_pcs_off) - lt_pcs_p0;
+    S.full = (u64 *)m;
+    S.empty = S.full + LT_NSLOT;
+    S.slot_off = (volatile int *)(S.empty + LT_NSLOT);
+    S.stats = (float *)(m + 512);
+    S.ss.hist = (unsigned *)(m + 1024);
+    S.ss.sel = (int *)(m + 2048);
+    S.ss.rv = (float *)(m + 2112);
+    S.ss.ri = (int *)(m + 2240);
+    S.rsrc = (const u64 **)(m + 2560);
+    S.rdst = (float **)(m + 2560 + LT_RUNS * 8);
+    return S;
+}
+#define LT_OP(i) (((const lt_op *)(lt_dsm + LT_OFF_OPS))[i])
+
 /* Wait for and read nruns runs of len LL words (epoch E): run r is rsrc[r][0 .. len) into rdst[r][0 .. len) (shared
  * memory tables, filled by the caller before a barrier); elements at offsets >= lim are 0 and not read. Every
  * compute thread takes elements tid, tid + LT_NC, ... in rounds of 8, all in flight at once; the words of a round
  * that do not carry E yet are re-read together (one round trip per retry). One small function for every poll of
  * the kernel (the code of a step runs cold: instruction-cache misses cost more than the arithmetic). */
-__device__ __noinline__ void lt_poll_runs(const lt_params &P, unsigned E, int nruns, int len, int lim,
-                                          const lt_smem &S) {
+__device__ __noinline__ void lt_poll_runs(unsigned E, int nruns, int len, int lim) {
+    const lt_params &P = lt_P;
+    const lt_smem S = lt_S();
     const int tid = threadIdx.x, total = nruns * len;
     for (int base = tid; base < total; base += LT_NC * 8) {
         u64 w[8];
@@ -279,7 +321,9 @@ __device__ __forceinline__ int lt_piece_at(const lt_sm &me, int v, int &l) {
     return me.q0 + (v - npre) % npass;
 }
 
-__device__ void lt_producer(const lt_params &P, const lt_sm &me, const lt_smem &S) {
+__device__ void lt_producer(const lt_sm me) {
+    const lt_params &P = lt_P;
+    const lt_smem S = lt_S();
     const int npre = me.p1 - me.p0, npass = me.q1 - me.q0;
     const int total = npre + (npass > 0 ? npass * (P.Q - 1) : 0);
     u64 keep, drop;
@@ -406,9 +450,10 @@ __device__ __forceinline__ int lt_sr(int nkt) { return cu_act_stride(nkt); }
  * the norm prologue when norm (then kt0 == 0 and the window is the whole row) and, for QINT (qint), the window's
  * group sums into asum [t][group]. The arithmetic is cu_stage_small's. One instance for every weight type, loops
  * kept rolled: this code runs cold at every step, its size is its cost. */
-__device__ __noinline__ void lt_stage(const lt_params &P, const lt_op &op, const cu_mat &w, int qint, int T, int Pp,
-                                      int kt0, int kt1, unsigned E, const lt_smem &S) {
-    const int K = w.K, kb = kt0 * 16, nc = (kt1 - kt0) * 16, SR = lt_sr(kt1 - kt0);
+__device__ __noinline__ void lt_stage(int opi, int K, int group, int qint, int T, int Pp, int kt0, int kt1, unsigned E) {
+    const lt_op &op = LT_OP(opi);
+    const lt_smem S = lt_S();
+    const int kb = kt0 * 16, nc = (kt1 - kt0) * 16, SR = lt_sr(kt1 - kt0);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     float *actf = (float *)S.act;
     const int norm = op.norm;
@@ -431,7 +476,7 @@ __device__ __noinline__ void lt_stage(const lt_params &P, const lt_op &op, const
             S.rdst[t] = actf + (size_t)t * SR;
         }
         lt_bar::sync();
-        lt_poll_runs(P, E, T, nc, K - kb, S);
+        lt_poll_runs(E, T, nc, K - kb);
     }
     lt_bar::sync();
     float *smean = S.stats, *srstd = S.stats + 16;
@@ -461,12 +506,12 @@ __device__ __noinline__ void lt_stage(const lt_params &P, const lt_op &op, const
     }
     if (qint) {
         lt_bar::sync();
-        const int ng = (min(kb + nc, K) - kb) / w.group;
+        const int ng = (min(kb + nc, K) - kb) / group;
 #pragma unroll 1
         for (int it = warp; it < T * ng; it += LT_NW) {
             int t = it / ng, gl = it - t * ng;
-            const uint32_t *row = S.act + (size_t)t * SR + (size_t)gl * w.group;
-            float s = cu_group_sum([&](int k) { return row[k]; }, w.group, lane);
+            const uint32_t *row = S.act + (size_t)t * SR + (size_t)gl * group;
+            float s = cu_group_sum([&](int k) { return row[k]; }, group, lane);
             if (lane == 0) S.asum[t * ng + gl] = s;
         }
     }
@@ -474,8 +519,10 @@ __device__ __noinline__ void lt_stage(const lt_params &P, const lt_op &op, const
 }
 
 template <int TYPE, int WM>
-__device__ __noinline__ void lt_linear(const lt_params &P, const lt_op &op, const lt_step &st, int l, int &v,
-                                       const lt_smem &S) {
+__device__ __noinline__ int lt_linear(const lt_step st, int l, int v) {
+    const lt_params &P = lt_P;
+    const lt_op &op = LT_OP(st.op);
+    const lt_smem S = lt_S();
     const int Pp = l == 1 ? 2 : 1, T = op.tok_n ? P.n : P.n * Pp, NTG = (T + 7) >> 3;
     const cu_mat w = op.wl ? op.wl[l - 1] : op.w;
     const int halves = w.pair ? 2 : 1, nu = st.u1 - st.u0, nmt = nu * halves, KT = w.KT;
@@ -493,16 +540,16 @@ __device__ __noinline__ void lt_linear(const lt_params &P, const lt_op &op, cons
             S.rdst[t] = S.res + t * nr;
         }
         lt_bar::sync();
-        lt_poll_runs(P, E, T, nr, w.N - st.u0 * 16, S);
+        lt_poll_runs(E, T, nr, w.N - st.u0 * 16);
         lt_bar::sync();
     }
-    if (op.whole) lt_stage(P, op, w, WM == WM_QINT, T, Pp, 0, KT, E, S);
+    if (op.whole) lt_stage(st.op, w.K, w.group, WM == WM_QINT, T, Pp, 0, KT, E);
     LT_MARK(0);
     for (int pc = st.pc0; pc < st.pc1; pc++) {
         const int2 piece = S.pcs[pc];
         const int c0 = piece.x, nc = piece.y - piece.x;
         const int kt0 = c0 * CU_CKT, kt1 = min(piece.y * CU_CKT, KT), nktp = kt1 - kt0;
-        if (!op.whole) lt_stage(P, op, w, WM == WM_QINT, T, Pp, kt0, kt1, E, S);
+        if (!op.whole) lt_stage(st.op, w.K, w.group, WM == WM_QINT, T, Pp, kt0, kt1, E);
         const int kw0 = op.whole ? 0 : kt0, SR = lt_sr(op.whole ? KT : nktp);
         const int gw0 = WM == WM_QINT ? kw0 * 16 / w.group : 0;
         const int ngw = WM == WM_QINT ? (min((op.whole ? KT : kt1) * 16, w.K) - kw0 * 16) / w.group : 0;
@@ -567,12 +614,15 @@ __device__ __noinline__ void lt_linear(const lt_params &P, const lt_op &op, cons
         if (op.outf) op.outf[(size_t)t * op.ldof + (size_t)(l - 1) * op.outf_lvl + j] = h;
     }
     lt_bar::sync();
+    return v;
 }
 
 /* ---- attention: one (stream, kv head) item, the arithmetic of cu_attend_fast ------------------------------- */
 
-__device__ __noinline__ void lt_attend(const lt_params &P, const lt_op &op, const lt_step &st, int l,
-                                       const lt_smem &S) {
+__device__ __noinline__ void lt_attend(const lt_step st, int l) {
+    const lt_params &P = lt_P;
+    const lt_op &op = LT_OP(st.op);
+    const lt_smem S = lt_S();
     const int Pp = l == 1 ? 2 : 1, p0 = l == 1 ? 0 : l;
     const int HD = op.HD, H = op.H, KVH = op.KVH, G = H / KVH, kvw = KVH * HD, half = HD / 2;
     const unsigned E = P.ebase + (unsigned)l;
@@ -610,7 +660,7 @@ __device__ __noinline__ void lt_attend(const lt_params &P, const lt_op &op, cons
                                                                         : SVN + (size_t)(r - Pp * G - Pp) * HD;
         }
         lt_bar::sync();
-        lt_poll_runs(P, E, nrun, HD, HD, S);
+        lt_poll_runs(E, nrun, HD, HD);
         lt_bar::sync();
         LT_MARK(0);
         LT_MARK(1);
@@ -682,8 +732,10 @@ __device__ __noinline__ void lt_attend(const lt_params &P, const lt_op &op, cons
 
 /* ---- sampling (or the given code) and the gather of the next input row ----------------------------------- */
 
-__device__ __noinline__ void lt_sample(const lt_params &P, const lt_op &op, const lt_step &st, int l,
-                                       const lt_smem &S) {
+__device__ __noinline__ void lt_sample(const lt_step st, int l) {
+    const lt_params &P = lt_P;
+    const lt_op &op = LT_OP(st.op);
+    const lt_smem S = lt_S();
     const int lv = op.level >= 0 ? op.level : l;
     const unsigned E = P.ebase + (unsigned)l, Eo = P.ebase + (unsigned)lv + 1u;
     float *zs = (float *)S.act;
@@ -698,7 +750,7 @@ __device__ __noinline__ void lt_sample(const lt_params &P, const lt_op &op, cons
                 S.rdst[0] = zs;
             }
             lt_bar::sync();
-            lt_poll_runs(P, E, 1, op.V, op.V, S);
+            lt_poll_runs(E, 1, op.V, op.V);
         }
         LT_MARK(0);
         int code;
@@ -730,53 +782,29 @@ __device__ __noinline__ void lt_sample(const lt_params &P, const lt_op &op, cons
 
 /* ---- the kernel ------------------------------------------------------------------------------------------ */
 
-__device__ __noinline__ void lt_run_linear(const lt_params &P, const lt_op &op, const lt_step &st, int l, int &v,
-                                           const lt_smem &S) {
+__device__ __noinline__ int lt_run_linear(const lt_step st, int l, int v) {
+    const lt_op &op = LT_OP(st.op);
     switch (op.w.wm) {
-    case WM_BF16: lt_linear<DD_BF16, WM_BF16>(P, op, st, l, v, S); break;
-    case WM_F16: lt_linear<DD_F16, WM_F16>(P, op, st, l, v, S); break;
-    case WM_F32: lt_linear<DD_F32, WM_F32>(P, op, st, l, v, S); break;
+    case WM_BF16: return lt_linear<DD_BF16, WM_BF16>(st, l, v);
+    case WM_F16: return lt_linear<DD_F16, WM_F16>(st, l, v);
+    case WM_F32: return lt_linear<DD_F32, WM_F32>(st, l, v);
     case WM_QINT:
-        if (op.w.type == DD_Q8) lt_linear<DD_Q8, WM_QINT>(P, op, st, l, v, S);
-        else lt_linear<DD_Q4, WM_QINT>(P, op, st, l, v, S);
-        break;
+        if (op.w.type == DD_Q8) return lt_linear<DD_Q8, WM_QINT>(st, l, v);
+        return lt_linear<DD_Q4, WM_QINT>(st, l, v);
     default:
-        if (op.w.type == DD_Q8) lt_linear<DD_Q8, WM_QDEQ>(P, op, st, l, v, S);
-        else lt_linear<DD_Q4, WM_QDEQ>(P, op, st, l, v, S);
-        break;
+        if (op.w.type == DD_Q8) return lt_linear<DD_Q8, WM_QDEQ>(st, l, v);
+        return lt_linear<DD_Q4, WM_QDEQ>(st, l, v);
     }
+    return v; /* not reached */
 }
 
-extern "C" __global__ void __launch_bounds__(LT_THREADS, 1) lt_kernel(const __grid_constant__ lt_params P) {
-    extern __shared__ __align__(128) uint8_t smem[];
-    lt_smem S;
-    uint8_t *p = smem;
-    S.ring = p;
-    p += LT_RING_BYTES;
-    S.act = (uint32_t *)p;
-    p += LT_ACT_BYTES;
-    S.part = (float4 *)p;
-    p += LT_PART_SLOTS * 512;
-    S.acc = (float4 *)p;
-    p += LT_ACC_SLOTS * 512;
-    S.res = (float *)p;
-    p += LT_RES_FLOATS * 4;
-    S.asum = (float *)p;
-    p += LT_ASUM_FLOATS * 4;
-    S.ops = p;
-    p += LT_OPS_BYTES;
-    S.steps = p;
-    p += LT_STEPS_BYTES;
-    S.full = (u64 *)p;
-    S.empty = S.full + LT_NSLOT;
-    S.slot_off = (volatile int *)(S.empty + LT_NSLOT);
-    S.stats = (float *)(p + 512);
-    S.ss.hist = (unsigned *)(p + 1024);
-    S.ss.sel = (int *)(p + 2048);
-    S.ss.rv = (float *)(p + 2112);
-    S.ss.ri = (int *)(p + 2240);
-    S.rsrc = (const u64 **)(p + 2560);
-    S.rdst = (float **)(p + 2560 + LT_RUNS * 8);
+extern "C" __global__ void __launch_bounds__(LT_THREADS, 1) lt_kernel(const __grid_constant__ lt_params Pk) {
+    if (threadIdx.x == 0) lt_P = Pk;
+    const lt_params &P = Pk;
+    const lt_sm me = P.sms[blockIdx.x];
+    const int np = me.s1 - me.s0, nt = me.t1 - me.t0, sw = (np + nt) * (int)(sizeof(lt_step) / 4);
+    if (threadIdx.x == 0) lt_pcs_off = (sw * 4 + 7) & ~7, lt_pcs_p0 = me.p0;
+    lt_smem S = lt_S(); /* pcs is not read before the barrier below */
     if (threadIdx.x == 0) {
         for (int i = 0; i < LT_NSLOT; i++) {
             lt_mbar_init(&S.full[i], 1);
@@ -785,17 +813,15 @@ extern "C" __global__ void __launch_bounds__(LT_THREADS, 1) lt_kernel(const __gr
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-    const lt_sm me = P.sms[blockIdx.x];
     if (threadIdx.x >= LT_NC) {
-        if (threadIdx.x == LT_NC) lt_producer(P, me, S);
+        if (threadIdx.x == LT_NC) lt_producer(me);
         return;
     }
     /* the op table and this SM's steps into shared memory (one round trip; read at every step after) */
     lt_op *ops = (lt_op *)S.ops;
     lt_step *steps = (lt_step *)S.steps;
     {
-        const int ow = P.nops * (int)(sizeof(lt_op) / 4), np = me.s1 - me.s0, nt = me.t1 - me.t0;
-        const int sw1 = np * (int)(sizeof(lt_step) / 4), sw = (np + nt) * (int)(sizeof(lt_step) / 4);
+        const int ow = P.nops * (int)(sizeof(lt_op) / 4), sw1 = np * (int)(sizeof(lt_step) / 4);
         for (int i = threadIdx.x; i < ow + sw; i += LT_NC) {
             if (i < ow) ((int *)ops)[i] = ((const int *)P.ops)[i];
             else if (i - ow < sw1) ((int *)steps)[i - ow] = ((const int *)(P.steps + me.s0))[i - ow];
@@ -803,7 +829,6 @@ extern "C" __global__ void __launch_bounds__(LT_THREADS, 1) lt_kernel(const __gr
         }
         int2 *pcs = (int2 *)(S.steps + ((sw * 4 + 7) & ~7));
         for (int i = threadIdx.x; i < me.q1 - me.p0; i += LT_NC) pcs[i] = make_int2(P.pieces[me.p0 + i].c0, P.pieces[me.p0 + i].c1);
-        S.pcs = pcs - me.p0; /* indexed by absolute piece number */
         lt_bar::sync();
     }
     int v = 0; /* weight pieces consumed */
@@ -816,17 +841,17 @@ extern "C" __global__ void __launch_bounds__(LT_THREADS, 1) lt_kernel(const __gr
     tk++;
 #endif
     for (int pass = 0; pass < P.Q; pass++) {
-        const int l = pass == 0 ? 1 : pass, np = me.s1 - me.s0;
+        const int l = pass == 0 ? 1 : pass;
         const int a = pass == 0 ? 0 : np, b = pass == 0 ? np : np + me.t1 - me.t0;
         for (int si = a; si < b; si++) {
             const lt_step st = steps[si];
             const lt_op &op = ops[st.op];
-            if (op.kind == LT_LIN) lt_run_linear(P, op, st, l, v, S);
-            else if (op.kind == LT_ATT) lt_attend(P, op, st, l, S);
-            else lt_sample(P, op, st, l, S);
+            if (op.kind == LT_LIN) v = lt_run_linear(st, l, v);
+            else if (op.kind == LT_ATT) lt_attend(st, l);
+            else lt_sample(st, l);
 #ifdef LT_TWICE /* dev experiment: attention and sampling steps again (idempotent), warm; the timeline sees this run */
-            if (op.kind == LT_ATT) lt_attend(P, op, st, l, S);
-            else if (op.kind == LT_SMP) lt_sample(P, op, st, l, S);
+            if (op.kind == LT_ATT) lt_attend(st, l);
+            else if (op.kind == LT_SMP) lt_sample(st, l);
 #endif
 #ifdef LT_TIMELINE
             if (lt_tl && threadIdx.x == 0 && tk < LT_TL_MAX - 1) {
@@ -1380,14 +1405,11 @@ void lt_free(lt_exec *x) {
 
 int lt_max_batch(const lt_exec *x) { return x ? LT_MAX_N : 0; }
 
-/* The batches the decoder sends here by default. 0 until this executor beats the frame kernel: measured on the
- * H200 in one process (dev/cuda/lat_timeline.cu, 2026-12-03), GPT dims bf16 B1 12.0 vs 11.3 ms, q4 B1 13.9 vs
- * 12.0, bf16 B8 20.4 vs 17.3, CSM dims bf16 B1 17.4 vs 15.9 (docs/cuda_results.md). The tests run it through
- * dd_cuda_test_crossover. */
-int lt_default_crossover(const lt_exec *x) {
-    (void)x;
-    return 0;
-}
+/* The batches the decoder sends here by default: all it takes. Measured on the H200 in one process
+ * (dev/cuda/lat_timeline.cu, 2026-12-03 22:0x UTC, medians of 30 frames), this executor vs the frame kernel: GPT dims
+ * bf16 B1 8.87 vs 11.36 ms, q4 B1 10.71 vs 11.87, bf16 B8 14.62 vs 17.35, CSM dims bf16 B1 12.55 vs 16.07
+ * (docs/cuda_results.md). */
+int lt_default_crossover(const lt_exec *x) { return x ? LT_MAX_N : 0; }
 
 /* 1 when (variant, n) runs on the latency executor (the plan is built on first use) */
 int lt_can(lt_exec *x, int variant, int n, dd_error *err, dd_status *s) {
