@@ -64,7 +64,7 @@ int main(int argc, char **argv) {
     const int G = st->lt ? st->lt->G : 0;
     if (!G) return fprintf(stderr, "no latency executor\n"), 1;
     u64 *buf;
-    size_t words = (size_t)G * LT_TL_MAX * 4;
+    size_t words = (size_t)G * LT_TL_MAX * LT_TL_W;
     cudaMalloc(&buf, words * 8);
     cudaMemset(buf, 0, words * 8);
     cudaMemcpyToSymbol(lt_tl, &buf, sizeof buf);
@@ -87,14 +87,15 @@ int main(int argc, char **argv) {
     /* instances (pass, op) in chain order: max and min end over SMs */
     std::map<u64, std::pair<u64, u64>> inst;
     std::map<std::string, double> ph_in, ph_w, ph_rest;
-    std::map<std::string, int> ph_n;
+    std::map<std::string, int> ph_n, phase_n;
+    std::map<std::string, std::vector<double>> phase;
     u64 t0 = ~0ull, t1 = 0;
     for (int g = 0; g < G; g++) {
-        const u64 *b = tl.data() + (size_t)g * LT_TL_MAX * 4;
+        const u64 *b = tl.data() + (size_t)g * LT_TL_MAX * LT_TL_W;
         if (b[0] && b[0] < t0) t0 = b[0];
         u64 prev_end = b[0];
-        for (int k = 1; k < LT_TL_MAX - 1 && b[4 * k]; k++) {
-            const u64 *r = b + 4 * k;
+        for (int k = 1; k < LT_TL_MAX - 1 && b[LT_TL_W * k]; k++) {
+            const u64 *r = b + LT_TL_W * k;
             auto &x = inst[r[1]];
             if (!x.first || r[0] > x.first) x.first = r[0];
             if (!x.second || r[0] < x.second) x.second = r[0];
@@ -105,6 +106,15 @@ int main(int argc, char **argv) {
                 ph_w[lb] += (r[3] - r[2]) * 1e-3;
                 ph_rest[lb] += (r[0] - r[3]) * 1e-3;
                 ph_n[lb]++;
+            }
+            { /* SM-clock phases of the step: each set mark minus the previous set one */
+                const long long *ph = (const long long *)(r + 4);
+                auto &acc = phase[lb];
+                acc.resize(10);
+                int last = 0;
+                for (int i = 1; i < 10; i++)
+                    if (ph[i]) acc[i] += (double)(ph[i] - ph[last]), last = i;
+                phase_n[lb]++;
             }
             prev_end = r[0];
         }
@@ -122,7 +132,7 @@ int main(int argc, char **argv) {
         if (kv.second.first > prev) prev = kv.second.first;
     }
     {
-        const u64 *b0 = tl.data(), *bz = tl.data() + (size_t)(LT_TL_MAX - 1) * 4;
+        const u64 *b0 = tl.data(), *bz = tl.data() + (size_t)(LT_TL_MAX - 1) * LT_TL_W;
         double mhz = bz[2] > b0[0] ? (double)(bz[3] - b0[2]) / (double)(bz[2] - b0[0]) * 1e3 : 0;
         printf("SM 0 clock over the frame: %.0f MHz\n", mhz);
     }
@@ -134,6 +144,26 @@ int main(int argc, char **argv) {
         int pn = ph_n[lb] ? ph_n[lb] : 1;
         printf("| %s | %d | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", lb.c_str(), count[lb], crit[lb],
                crit[lb] / count[lb], spread[lb] / count[lb], ph_in[lb] / pn, ph_w[lb] / pn, ph_rest[lb] / pn);
+    }
+    { /* where a step's time goes on its SM (SM clock; averages over the SMs that run the op) */
+        const u64 *b0 = tl.data(), *bz = tl.data() + (size_t)(LT_TL_MAX - 1) * LT_TL_W;
+        const double cyc_us = bz[2] > b0[0] ? (double)(bz[3] - b0[2]) / (double)(bz[2] - b0[0]) * 1e3 : 1.9e3;
+        printf("\nSM-clock phases of a step, us (linear: 1 residual poll, 2 input poll, 3 norm statistics, 4 normalise + "
+               "pack, 5 wait for the first piece, 6 its mma items, 7 its reduction, 8 the other pieces, 9 epilogue; "
+               "attention: 2 cache + q/k/v poll, 3 rope, 4 scores + softmax, 9 append, values, publish; sample: 1 "
+               "Gumbel noise, 2 logit poll, 6 sampler, 9 gather + publish)\n");
+        printf("| op | steps | 1 | 2 | 3 | 4 | 5 | 6 | 7 | 8 | 9 | sum |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        for (auto &lb : order) {
+            const int pn = phase_n[lb] ? phase_n[lb] : 1;
+            double sum = 0;
+            printf("| %s | %d |", lb.c_str(), phase_n[lb]);
+            for (int i = 1; i < 10; i++) {
+                const double us = phase[lb].size() > (size_t)i ? phase[lb][i] / pn / cyc_us : 0.0;
+                sum += us;
+                printf(" %.2f |", us);
+            }
+            printf(" %.2f |\n", sum);
+        }
     }
     /* the same frames on both executors, same process: medians of 30 */
     for (int x = 0; x < 2; x++) {

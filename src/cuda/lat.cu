@@ -31,7 +31,9 @@
 #include <string.h>
 #include <vector>
 
+#ifndef LT_NC
 #define LT_NC 480 /* compute threads (15 warps); a 16th warp streams the weights */
+#endif
 #define LT_THREADS (LT_NC + 32)
 #define LT_NW (LT_NC / 32)
 #define LT_NSLOT 16 /* weight pieces in flight per SM */
@@ -143,7 +145,7 @@ __device__ __forceinline__ void lt_st(u64 *p, float v, unsigned e) {
     asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(w));
 }
 /* a wait that has spun long: give up when another SM flagged an error or after the timeout (flagged here) */
-__device__ __noinline__ int lt_give_up(const lt_params &P, u64 &t0) {
+__device__ __forceinline__ int lt_give_up(const lt_params &P, u64 &t0) {
     if (*(volatile int *)&P.err[0] != CU_ERR_CLEAR) return 1;
     u64 t = cu_gtimer();
     if (!t0) t0 = t;
@@ -198,14 +200,22 @@ __device__ __forceinline__ void lt_bulk(void *dst, const void *src, unsigned byt
 
 #ifdef LT_TIMELINE /* dev/cuda/lat_timeline.cu */
 #define LT_TL_MAX 4096
-__device__ u64 *lt_tl; /* [grid][LT_TL_MAX][4]: (end, pass << 32 | op, inputs staged, weights ready) per step */
+__device__ u64 *lt_tl; /* [grid][LT_TL_MAX][LT_TL_W]: (end, pass << 32 | op, inputs staged, weights ready, SM clock
+                        * at the step's phases lt_ph[0 .. 12)) per step */
+#define LT_TL_W 16 /* words per step record */
 __shared__ u64 lt_marks[2];
+__shared__ long long lt_ph[12]; /* SM clock at the phases of a step (LT_PH), 0 where a step has no such phase */
 #define LT_MARK(i)                                                                                                 \
     do {                                                                                                           \
         if (threadIdx.x == 0) lt_marks[i] = cu_gtimer();                                                            \
     } while (0)
+#define LT_PH(i)                                                                                                   \
+    do {                                                                                                           \
+        if (threadIdx.x == 0) lt_ph[i] = clock64();                                                                \
+    } while (0)
 #else
 #define LT_MARK(i) ((void)0)
+#define LT_PH(i) ((void)0)
 #endif
 
 /* shared memory of one SM */
@@ -225,6 +235,12 @@ struct lt_smem {
 };
 
 #define LT_RUNS 64 /* the poll's run table */
+#ifndef LT_POLL_PROBE
+#define LT_POLL_PROBE 1
+#endif
+#ifndef LT_POLL_NS
+#define LT_POLL_NS 0
+#endif
 
 /* Shared memory at fixed offsets: every function derives its pointers from lt_dsm with constants, so they are
  * shared-window addresses known at compile time (a struct of pointers passed by reference lives in local memory:
@@ -272,7 +288,7 @@ __device__ __forceinline__ lt_smem lt_S(void) {
  * compute thread takes elements tid, tid + LT_NC, ... in rounds of 8, all in flight at once; the words of a round
  * that do not carry E yet are re-read together (one round trip per retry). One small function for every poll of
  * the kernel (the code of a step runs cold: instruction-cache misses cost more than the arithmetic). */
-__device__ __noinline__ void lt_poll_runs(unsigned E, int nruns, int len, int lim) {
+__device__ __forceinline__ void lt_poll_runs(unsigned E, int nruns, int len, int lim) {
     const lt_params &P = lt_P;
     const lt_smem S = lt_S();
     const int tid = threadIdx.x, total = nruns * len;
@@ -296,8 +312,27 @@ __device__ __noinline__ void lt_poll_runs(unsigned E, int nruns, int len, int li
 #pragma unroll
             for (int u = 0; u < 8; u++) miss |= (unsigned)((unsigned)(w[u] >> 32) != E) << u;
             if (!miss || ((++spins & 255u) == 0 && lt_give_up(P, t0))) break;
-#ifdef LT_BACKOFF /* dev experiment: pause between polling rounds */
-            __nanosleep(LT_BACKOFF);
+#if LT_POLL_PROBE
+            { /* while the words are not there, only the first missing one is re-read (one load in flight per
+               * thread instead of eight: the waiting SMs' polls load the L2 that every SM's work goes through) */
+                const int u0 = __ffs(miss) - 1;
+                const u64 *pa = NULL;
+#pragma unroll
+                for (int u = 0; u < 8; u++)
+                    if (u == u0) pa = a[u];
+                u64 x;
+                for (;;) {
+#if LT_POLL_NS
+                    __nanosleep(LT_POLL_NS);
+#endif
+                    x = lt_ld(pa);
+                    if ((unsigned)(x >> 32) == E || ((++spins & 255u) == 0 && lt_give_up(P, t0))) break;
+                }
+#pragma unroll
+                for (int u = 0; u < 8; u++)
+                    if (u == u0) w[u] = x;
+                miss &= ~(1u << u0);
+            }
 #endif
 #pragma unroll
             for (int u = 0; u < 8; u++)
@@ -450,7 +485,7 @@ __device__ __forceinline__ int lt_sr(int nkt) { return cu_act_stride(nkt); }
  * the norm prologue when norm (then kt0 == 0 and the window is the whole row) and, for QINT (qint), the window's
  * group sums into asum [t][group]. The arithmetic is cu_stage_small's. One instance for every weight type, loops
  * kept rolled: this code runs cold at every step, its size is its cost. */
-__device__ __noinline__ void lt_stage(int opi, int K, int group, int qint, int T, int Pp, int kt0, int kt1, unsigned E) {
+__device__ __forceinline__ void lt_stage(int opi, int K, int group, int qint, int T, int Pp, int kt0, int kt1, unsigned E) {
     const lt_op &op = LT_OP(opi);
     const lt_smem S = lt_S();
     const int kb = kt0 * 16, nc = (kt1 - kt0) * 16, SR = lt_sr(kt1 - kt0);
@@ -478,6 +513,7 @@ __device__ __noinline__ void lt_stage(int opi, int K, int group, int qint, int T
         lt_bar::sync();
         lt_poll_runs(E, T, nc, K - kb);
     }
+    LT_PH(2);
     lt_bar::sync();
     float *smean = S.stats, *srstd = S.stats + 16;
     if (norm != DD_NORM_NONE) {
@@ -492,6 +528,7 @@ __device__ __noinline__ void lt_stage(int opi, int K, int group, int qint, int T
             }
         }
         lt_bar::sync();
+        LT_PH(3);
     }
 #pragma unroll 1
     for (int t = 0; t < T; t++) {
@@ -516,10 +553,11 @@ __device__ __noinline__ void lt_stage(int opi, int K, int group, int qint, int T
         }
     }
     lt_bar::sync();
+    LT_PH(4);
 }
 
 template <int TYPE, int WM>
-__device__ __noinline__ int lt_linear(const lt_step st, int l, int v) {
+__device__ __forceinline__ int lt_linear(const lt_step st, int l, int v) {
     const lt_params &P = lt_P;
     const lt_op &op = LT_OP(st.op);
     const lt_smem S = lt_S();
@@ -542,6 +580,7 @@ __device__ __noinline__ int lt_linear(const lt_step st, int l, int v) {
         lt_bar::sync();
         lt_poll_runs(E, T, nr, w.N - st.u0 * 16);
         lt_bar::sync();
+        LT_PH(1);
     }
     if (op.whole) lt_stage(st.op, w.K, w.group, WM == WM_QINT, T, Pp, 0, KT, E);
     LT_MARK(0);
@@ -557,7 +596,10 @@ __device__ __noinline__ int lt_linear(const lt_step st, int l, int v) {
         const int ngp = WM == WM_QINT ? (min(kt1 * 16, w.K) - kt0 * 16) / w.group : 0;
         const int slot = v % LT_NSLOT;
         lt_mbar_wait(&S.full[slot], (unsigned)(v / LT_NSLOT) & 1u);
-        if (pc == st.pc0) LT_MARK(1);
+        if (pc == st.pc0) {
+            LT_MARK(1);
+            LT_PH(5);
+        }
         const uint8_t *wbase = S.ring + S.slot_off[slot];
         const uint8_t *sbase = wbase + (size_t)nmt * nktp * w.tile_bytes;
         const int items = nmt * nc * NTG;
@@ -581,6 +623,7 @@ __device__ __noinline__ int lt_linear(const lt_step st, int l, int v) {
             S.part[it * 32 + lane] = make_float4(p[0], p[1], p[2], p[3]);
         }
         lt_bar::sync();
+        if (pc == st.pc0) LT_PH(6);
 #pragma unroll 1
         for (int idx = tid; idx < nmt * NTG * 32; idx += LT_NC) {
             const int ln = idx & 31, q = idx >> 5, nt = NTG == 1 ? 0 : q & 1, mtl = NTG == 1 ? q : q >> 1;
@@ -596,9 +639,11 @@ __device__ __noinline__ int lt_linear(const lt_step st, int l, int v) {
             S.acc[idx] = a;
         }
         lt_bar::sync();
+        if (pc == st.pc0) LT_PH(7);
         if (tid == 0) lt_mbar_arrive(&S.empty[slot]);
         v++;
     }
+    LT_PH(8);
     const int nr = nu * 16;
 #pragma unroll 1
     for (int idx = tid; idx < nr * T; idx += LT_NC) {
@@ -619,7 +664,7 @@ __device__ __noinline__ int lt_linear(const lt_step st, int l, int v) {
 
 /* ---- attention: one (stream, kv head) item, the arithmetic of cu_attend_fast ------------------------------- */
 
-__device__ __noinline__ void lt_attend(const lt_step st, int l) {
+__device__ __forceinline__ void lt_attend(const lt_step st, int l) {
     const lt_params &P = lt_P;
     const lt_op &op = LT_OP(st.op);
     const lt_smem S = lt_S();
@@ -664,6 +709,7 @@ __device__ __noinline__ void lt_attend(const lt_step st, int l) {
         lt_bar::sync();
         LT_MARK(0);
         LT_MARK(1);
+        LT_PH(2);
         if (op.rope) { /* q rows (position p0 + i), then the new k rows, rotated in place as cu_rot_row does */
             const int rows = Pp * G + Pp;
 #pragma unroll 1
@@ -678,6 +724,7 @@ __device__ __noinline__ void lt_attend(const lt_step st, int l) {
             }
             lt_bar::sync();
         }
+        LT_PH(3);
 #pragma unroll 1
         for (int idx = tid; idx < Pp * HD; idx += LT_NC) { /* append (keys stored rotated) */
             const int i = idx / HD, d = idx - i * HD;
@@ -709,6 +756,7 @@ __device__ __noinline__ void lt_attend(const lt_step st, int l) {
 #pragma unroll 1
             for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
             float w0 = e0 / sum, w1 = e1 / sum;
+            LT_PH(4);
             u64 *out = op.out + (size_t)(s * Pp + i) * op.ldo + (size_t)(kg * G + hq) * HD;
 #pragma unroll 1
             for (int d0 = 0; d0 < HD; d0 += 64) {
@@ -732,7 +780,7 @@ __device__ __noinline__ void lt_attend(const lt_step st, int l) {
 
 /* ---- sampling (or the given code) and the gather of the next input row ----------------------------------- */
 
-__device__ __noinline__ void lt_sample(const lt_step st, int l) {
+__device__ __forceinline__ void lt_sample(const lt_step st, int l) {
     const lt_params &P = lt_P;
     const lt_op &op = LT_OP(st.op);
     const lt_smem S = lt_S();
@@ -744,6 +792,7 @@ __device__ __noinline__ void lt_sample(const lt_step st, int l) {
         float *gpre = zs + ((op.V + 3) & ~3);
         uint64_t seed = P.seeds ? P.seeds[s] : 0, frame = P.frames ? P.frames[s] : 0;
         if (!op.forced && P.temp > 0.0f) cu_gumbel_all(gpre, op.V, seed, frame, lv, threadIdx.x, LT_NC);
+        LT_PH(1);
         if (!op.forced || op.wait_logits) {
             if (threadIdx.x == 0) {
                 S.rsrc[0] = lg + (size_t)s * op.ldin;
@@ -753,6 +802,7 @@ __device__ __noinline__ void lt_sample(const lt_step st, int l) {
             lt_poll_runs(E, 1, op.V, op.V);
         }
         LT_MARK(0);
+        LT_PH(2);
         int code;
         if (op.forced) {
             code = op.code_is_stream ? s : __ldcg(op.code_in + (size_t)s * op.ldi + lv);
@@ -762,6 +812,7 @@ __device__ __noinline__ void lt_sample(const lt_step st, int l) {
                                            P.temp > 0.0f ? gpre : NULL);
         }
         LT_MARK(1);
+        LT_PH(6);
         if (threadIdx.x == 0) {
             if (code < 0) atomicMin(&P.err[1], (s << 8) | lv);
             if (op.code_out) op.code_out[(size_t)s * op.ldco + lv] = code;
@@ -782,7 +833,7 @@ __device__ __noinline__ void lt_sample(const lt_step st, int l) {
 
 /* ---- the kernel ------------------------------------------------------------------------------------------ */
 
-__device__ __noinline__ int lt_run_linear(const lt_step st, int l, int v) {
+__device__ __forceinline__ int lt_run_linear(const lt_step st, int l, int v) {
     const lt_op &op = LT_OP(st.op);
     switch (op.w.wm) {
     case WM_BF16: return lt_linear<DD_BF16, WM_BF16>(st, l, v);
@@ -835,7 +886,7 @@ extern "C" __global__ void __launch_bounds__(LT_THREADS, 1) lt_kernel(const __gr
 #ifdef LT_TIMELINE /* dev/cuda/lat_timeline.cu: each step's end time, per SM */
     int tk = 0;
     if (lt_tl && threadIdx.x == 0) {
-        u64 *e = lt_tl + (size_t)blockIdx.x * LT_TL_MAX * 4;
+        u64 *e = lt_tl + (size_t)blockIdx.x * LT_TL_MAX * LT_TL_W;
         e[0] = cu_gtimer(), e[1] = ~0ull, e[2] = clock64();
     }
     tk++;
@@ -846,6 +897,10 @@ extern "C" __global__ void __launch_bounds__(LT_THREADS, 1) lt_kernel(const __gr
         for (int si = a; si < b; si++) {
             const lt_step st = steps[si];
             const lt_op &op = ops[st.op];
+#ifdef LT_TIMELINE
+            if (threadIdx.x == 0)
+                for (int i = 0; i < 12; i++) lt_ph[i] = i ? 0 : clock64();
+#endif
             if (op.kind == LT_LIN) v = lt_run_linear(st, l, v);
             else if (op.kind == LT_ATT) lt_attend(st, l);
             else lt_sample(st, l);
@@ -855,11 +910,13 @@ extern "C" __global__ void __launch_bounds__(LT_THREADS, 1) lt_kernel(const __gr
 #endif
 #ifdef LT_TIMELINE
             if (lt_tl && threadIdx.x == 0 && tk < LT_TL_MAX - 1) {
-                u64 *e = lt_tl + ((size_t)blockIdx.x * LT_TL_MAX + tk) * 4;
+                u64 *e = lt_tl + ((size_t)blockIdx.x * LT_TL_MAX + tk) * LT_TL_W;
                 e[0] = cu_gtimer();
                 e[1] = (u64)pass << 32 | (unsigned)st.op;
                 e[2] = lt_marks[0];
                 e[3] = lt_marks[1];
+                lt_ph[9] = clock64();
+                for (int i = 0; i < 12; i++) e[4 + i] = (u64)lt_ph[i];
             }
             tk++;
 #endif
@@ -867,7 +924,7 @@ extern "C" __global__ void __launch_bounds__(LT_THREADS, 1) lt_kernel(const __gr
     }
 #ifdef LT_TIMELINE
     if (lt_tl && threadIdx.x == 0) {
-        u64 *e = lt_tl + ((size_t)blockIdx.x * LT_TL_MAX + LT_TL_MAX - 1) * 4;
+        u64 *e = lt_tl + ((size_t)blockIdx.x * LT_TL_MAX + LT_TL_MAX - 1) * LT_TL_W;
         e[2] = cu_gtimer(), e[3] = clock64();
     }
 #endif
