@@ -72,7 +72,7 @@ __device__ __forceinline__ void cu_best(float &s, int &i, float t, int j) {
 }
 
 template <class BAR = cu_bar_cta>
-static __device__ __noinline__ void cu_block_best(float &s, int &i, const cu_samp_smem &S) {
+static __device__ __forceinline__ void cu_block_best(float &s, int &i, const cu_samp_smem &S) {
 #pragma unroll 1
     for (int o = 16; o > 0; o >>= 1) {
         float t = __shfl_xor_sync(0xffffffffu, s, o);
@@ -165,7 +165,7 @@ static __device__ int cu_sample_block(LD z, int V, float T, int K, uint64_t seed
     }
     const float invT = __fdiv_rn(1.0f, T);
     const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-    if (gpre) { /* the noise of every index computed before the logits arrived (cu_gumbel_all) */
+    if (gpre) { /* the noise of every index computed before the logits arrived (the latency executor's lt_noise) */
 #pragma unroll 1
         for (int i = tid; i < V; i += BAR::threads) {
             const float zi = z(i);
@@ -204,20 +204,6 @@ static __device__ int cu_sample_block(LD z, int V, float T, int K, uint64_t seed
     }
     cu_block_best<BAR>(bs, bi, S);
     return bi;
-}
-
-/* g[i] = the SPEC §3 noise of index i (0 <= i < V) for (seed, frame, level), by `threads` threads from tid: it
- * does not depend on the logits, so a sampler computes it while they are still on their way */
-__device__ __forceinline__ void cu_gumbel_all(float *g, int V, uint64_t seed, uint64_t frame, int level, int tid,
-                                              int threads) {
-#pragma unroll 1
-    for (int i4 = tid; 4 * i4 < V; i4 += threads) {
-        uint32_t x[4];
-        cu_philox((uint32_t)i4, (uint32_t)level, (uint32_t)frame, (uint32_t)(frame >> 32), (uint32_t)seed,
-                  (uint32_t)(seed >> 32), x);
-#pragma unroll 1
-        for (int e = 0; e < 4 && 4 * i4 + e < V; e++) g[4 * i4 + e] = cu_gumbel_word(e == 0 ? x[0] : e == 1 ? x[1] : e == 2 ? x[2] : x[3]);
-    }
 }
 
 /* element d of row r of a gather table, dequantized as dd_weight_row_f32 does */

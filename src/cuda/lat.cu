@@ -128,6 +128,8 @@ typedef struct lt_params {
     float temp;
     int topk;
     const uint64_t *seeds, *frames;
+    u64 *noise; /* the SPEC §3 Gumbel noise of the frame, LL words of epoch ebase + 1: [stream][level][V] (temp > 0) */
+    int V;
     unsigned ebase;
     int *err;
     u64 timeout_ns;
@@ -295,15 +297,14 @@ __device__ __forceinline__ void lt_poll_runs(unsigned E, int nruns, int len, int
     for (int base = tid; base < total; base += LT_NC * 8) {
         u64 w[8];
         const u64 *a[8];
-        int r = base / len, o = base - r * len;
         float *d[8];
 #pragma unroll
-        for (int u = 0; u < 8; u++) {
-            const int idx = base + u * LT_NC;
+        for (int u = 0; u < 8; u++) { /* (run, offset) by one division (a walk by LT_NC steps of len cost a loop of
+                                       * LT_NC / len iterations per element: 4 us per poll of a 16-word residual) */
+            const int idx = base + u * LT_NC, r = idx < total ? idx / len : 0, o = idx - r * len;
             a[u] = idx < total && o < lim ? S.rsrc[r] + o : NULL;
             d[u] = idx < total ? S.rdst[r] + o : NULL;
             w[u] = a[u] ? lt_ld(a[u]) : (u64)E << 32;
-            for (o += LT_NC; o >= len && len > 0; o -= len) r++;
         }
         unsigned spins = 0;
         u64 t0 = 0;
@@ -584,11 +585,38 @@ __device__ __forceinline__ int lt_linear(const lt_step st, int l, int v) {
     }
     if (op.whole) lt_stage(st.op, w.K, w.group, WM == WM_QINT, T, Pp, 0, KT, E);
     LT_MARK(0);
+    /* The chunk partials of consecutive pieces collect in part (chunk-major) and are summed into acc in chunk
+     * order once part is full and at the end (the same sums in the same order as one pass per piece); each warp
+     * releases a piece's ring slot when its own items are done, so no barrier separates the pieces. */
+    int segc = 0, first_seg = 1; /* chunks (per m-tile and n-tile) collected in part */
+    auto fold = [&]() {
+        lt_bar::sync();
+#pragma unroll 1
+        for (int idx = tid; idx < nmt * NTG * 32; idx += LT_NC) {
+            const int ln = idx & 31, q = idx >> 5, nt = NTG == 1 ? 0 : q & 1, mtl = NTG == 1 ? q : q >> 1;
+            float4 a = first_seg ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : S.acc[idx];
+#pragma unroll 4
+            for (int cc = 0; cc < segc; cc++) {
+                const float4 b = S.part[((cc * nmt + mtl) * NTG + nt) * 32 + ln];
+                a.x = a.x + b.x;
+                a.y = a.y + b.y;
+                a.z = a.z + b.z;
+                a.w = a.w + b.w;
+            }
+            S.acc[idx] = a;
+        }
+        lt_bar::sync();
+        first_seg = 0;
+        segc = 0;
+    };
     for (int pc = st.pc0; pc < st.pc1; pc++) {
         const int2 piece = S.pcs[pc];
         const int c0 = piece.x, nc = piece.y - piece.x;
         const int kt0 = c0 * CU_CKT, kt1 = min(piece.y * CU_CKT, KT), nktp = kt1 - kt0;
-        if (!op.whole) lt_stage(st.op, w.K, w.group, WM == WM_QINT, T, Pp, kt0, kt1, E);
+        if (!op.whole) {
+            if (pc > st.pc0) lt_bar::sync(); /* every warp is done with the previous window */
+            lt_stage(st.op, w.K, w.group, WM == WM_QINT, T, Pp, kt0, kt1, E);
+        }
         const int kw0 = op.whole ? 0 : kt0, SR = lt_sr(op.whole ? KT : nktp);
         const int gw0 = WM == WM_QINT ? kw0 * 16 / w.group : 0;
         const int ngw = WM == WM_QINT ? (min((op.whole ? KT : kt1) * 16, w.K) - kw0 * 16) / w.group : 0;
@@ -605,7 +633,7 @@ __device__ __forceinline__ int lt_linear(const lt_step st, int l, int v) {
         const int items = nmt * nc * NTG;
 #pragma unroll 1
         for (int it = warp; it < items; it += LT_NW) {
-            const int nt = NTG == 1 ? 0 : it & 1, r = NTG == 1 ? it : it >> 1, mtl = r / nc, ci = r - mtl * nc;
+            const int nt = NTG == 1 ? 0 : it & 1, r = NTG == 1 ? it : it >> 1, ci = r / nmt, mtl = r - ci * nmt;
             const int ktc = (c0 + ci) * CU_CKT, nkt = min(CU_CKT, KT - ktc);
             const int t0 = nt * 8 + g, ta = nt * 8 + 2 * cq;
             const uint32_t *brow = S.act + (size_t)min(t0, T - 1) * SR + (ktc - kw0) * 16 + 2 * cq;
@@ -620,28 +648,14 @@ __device__ __forceinline__ int lt_linear(const lt_step st, int l, int v) {
             float p[4];
             lt_chunk<TYPE, WM>(p, w, st.u0 * halves + mtl, ktc, nkt, wbase + ((size_t)mtl * nktp + (ktc - kt0)) * w.tile_bytes,
                                sbp, brow, t0 < T, as0, as1, lane);
-            S.part[it * 32 + lane] = make_float4(p[0], p[1], p[2], p[3]);
+            S.part[(((segc + ci) * nmt + mtl) * NTG + nt) * 32 + lane] = make_float4(p[0], p[1], p[2], p[3]);
         }
-        lt_bar::sync();
+        __syncwarp();
+        if (lane == 0) lt_mbar_arrive(&S.empty[slot]); /* one arrival per compute warp */
         if (pc == st.pc0) LT_PH(6);
-#pragma unroll 1
-        for (int idx = tid; idx < nmt * NTG * 32; idx += LT_NC) {
-            const int ln = idx & 31, q = idx >> 5, nt = NTG == 1 ? 0 : q & 1, mtl = NTG == 1 ? q : q >> 1;
-            float4 a = c0 == 0 ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : S.acc[idx];
-#pragma unroll 1
-            for (int ci = 0; ci < nc; ci++) {
-                float4 b = S.part[((mtl * nc + ci) * NTG + nt) * 32 + ln];
-                a.x = a.x + b.x;
-                a.y = a.y + b.y;
-                a.z = a.z + b.z;
-                a.w = a.w + b.w;
-            }
-            S.acc[idx] = a;
-        }
-        lt_bar::sync();
-        if (pc == st.pc0) LT_PH(7);
-        if (tid == 0) lt_mbar_arrive(&S.empty[slot]);
+        segc += nc;
         v++;
+        if (pc + 1 == st.pc1 || (segc + S.pcs[pc + 1].y - S.pcs[pc + 1].x) * nmt * NTG > LT_PART_SLOTS) fold();
     }
     LT_PH(8);
     const int nr = nu * 16;
@@ -743,7 +757,7 @@ __device__ __forceinline__ void lt_attend(const lt_step st, int l) {
                 if (j < nk) {
                     const float *kr = j < p0 ? SK + (size_t)j * HDP : SKN + (size_t)(j - p0) * HDP;
                     float d = 0.0f;
-#pragma unroll 4
+#pragma unroll 16
                     for (int e = 0; e < HD; e++) d = d + sq[e] * kr[e];
                     sc[r] = d / scale;
                 }
@@ -762,7 +776,7 @@ __device__ __forceinline__ void lt_attend(const lt_step st, int l) {
             for (int d0 = 0; d0 < HD; d0 += 64) {
                 const int da = d0 + lane, db = d0 + 32 + lane;
                 float oa = 0.0f, ob = 0.0f;
-#pragma unroll 1
+#pragma unroll 8 /* the sums stay sequential over j; unrolled, the loads of later j are issued early */
                 for (int j = 0; j < nk; j++) {
                     const float wj = __shfl_sync(0xffffffffu, j < 32 ? w0 : w1, j & 31);
                     const float *vr = j < p0 ? SV + (size_t)j * HD : SVN + (size_t)(j - p0) * HD;
@@ -791,7 +805,15 @@ __device__ __forceinline__ void lt_sample(const lt_step st, int l) {
     for (int s = st.u0; s < st.u1; s++) {
         float *gpre = zs + ((op.V + 3) & ~3);
         uint64_t seed = P.seeds ? P.seeds[s] : 0, frame = P.frames ? P.frames[s] : 0;
-        if (!op.forced && P.temp > 0.0f) cu_gumbel_all(gpre, op.V, seed, frame, lv, threadIdx.x, LT_NC);
+        if (!op.forced && P.temp > 0.0f) { /* computed by every SM at the start of the frame (lt_noise) */
+            if (threadIdx.x == 0) {
+                S.rsrc[0] = P.noise + ((size_t)s * P.Q + lv) * P.V;
+                S.rdst[0] = gpre;
+            }
+            lt_bar::sync();
+            lt_poll_runs(P.ebase + 1u, 1, op.V, op.V);
+            lt_bar::sync();
+        }
         LT_PH(1);
         if (!op.forced || op.wait_logits) {
             if (threadIdx.x == 0) {
@@ -831,6 +853,30 @@ __device__ __forceinline__ void lt_sample(const lt_step st, int l) {
     }
 }
 
+/* ---- the frame's sampling noise ------------------------------------------------------------------------------ */
+
+/* SPEC §3's Gumbel noise of every (stream, level, index) of the frame, spread over all compute threads of the grid
+ * and published as LL words (epoch ebase + 1): it does not depend on the logits, so no sampler computes it on its
+ * critical path (~5 us per level on one SM) */
+__device__ __noinline__ void lt_noise(void) { /* once per frame: out of line, so its registers do not crowd the steps */
+    const lt_params &P = lt_P;
+    if (!(P.temp > 0.0f) || !P.noise) return;
+    const int V4 = (P.V + 3) / 4, per = P.Q * V4;
+    const unsigned E = P.ebase + 1u;
+#pragma unroll 1
+    for (int g = blockIdx.x * LT_NC + threadIdx.x; g < P.n * per; g += gridDim.x * LT_NC) {
+        const int s = g / per, r = g - s * per, lv = r / V4, i4 = r - lv * V4;
+        const uint64_t seed = P.seeds ? P.seeds[s] : 0, frame = P.frames ? P.frames[s] : 0;
+        uint32_t x[4];
+        cu_philox((uint32_t)i4, (uint32_t)lv, (uint32_t)frame, (uint32_t)(frame >> 32), (uint32_t)seed,
+                  (uint32_t)(seed >> 32), x);
+        u64 *dst = P.noise + ((size_t)s * P.Q + lv) * P.V + 4 * i4;
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            if (4 * i4 + e < P.V) lt_st(dst + e, cu_gumbel_word(x[e]), E);
+    }
+}
+
 /* ---- the kernel ------------------------------------------------------------------------------------------ */
 
 __device__ __forceinline__ int lt_run_linear(const lt_step st, int l, int v) {
@@ -859,7 +905,7 @@ extern "C" __global__ void __launch_bounds__(LT_THREADS, 1) lt_kernel(const __gr
     if (threadIdx.x == 0) {
         for (int i = 0; i < LT_NSLOT; i++) {
             lt_mbar_init(&S.full[i], 1);
-            lt_mbar_init(&S.empty[i], 1);
+            lt_mbar_init(&S.empty[i], LT_NW);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -882,6 +928,7 @@ extern "C" __global__ void __launch_bounds__(LT_THREADS, 1) lt_kernel(const __gr
         for (int i = threadIdx.x; i < me.q1 - me.p0; i += LT_NC) pcs[i] = make_int2(P.pieces[me.p0 + i].c0, P.pieces[me.p0 + i].c1);
         lt_bar::sync();
     }
+    lt_noise();
     int v = 0; /* weight pieces consumed */
 #ifdef LT_TIMELINE /* dev/cuda/lat_timeline.cu: each step's end time, per SM */
     int tk = 0;
@@ -948,7 +995,7 @@ struct lt_exec {
     int G;
     u64 *ll;
     size_t ll_words;
-    u64 *x0, **qkv, **att, **xa, **ff, **xb, *lg, *lg0;
+    u64 *x0, **qkv, **att, **xa, **ff, **xb, *lg, *lg0, *noise;
     int ldx, ldq, lda_, ldf, ldv;
     cu_mat *d_heads;
     const uint8_t *const *hbase;
@@ -1424,7 +1471,8 @@ dd_status lt_create(lt_exec **out, cu_state *st, const dd_model *m, dd_error *er
     x->xb = x->ff + L;
     *out = x; /* from here lt_free cleans up */
     size_t per_layer = (size_t)NT * (x->ldq + x->lda_ + 2 * x->ldx + x->ldf);
-    x->ll_words = (size_t)NT * x->ldx + (size_t)L * per_layer + 2 * (size_t)LT_MAX_N * V;
+    x->ll_words = (size_t)NT * x->ldx + (size_t)L * per_layer + 2 * (size_t)LT_MAX_N * V +
+                  (size_t)LT_MAX_N * c->levels * V;
     dd_status s;
     void *mem;
     if ((s = cu_alloc(&mem, x->ll_words * 8, &st->allocs, &st->nallocs, err))) return s;
@@ -1441,7 +1489,8 @@ dd_status lt_create(lt_exec **out, cu_state *st, const dd_model *m, dd_error *er
         x->xb[li] = p, p += (size_t)NT * x->ldx;
     }
     x->lg = p, p += (size_t)LT_MAX_N * V;
-    x->lg0 = p;
+    x->lg0 = p, p += (size_t)LT_MAX_N * V;
+    x->noise = p;
     if ((s = cu_alloc(&mem, (size_t)(c->levels - 1) * sizeof(cu_mat), &st->allocs, &st->nallocs, err))) return s;
     x->d_heads = (cu_mat *)mem;
     CU_TRY(cudaMemcpy(mem, st->heads, (size_t)(c->levels - 1) * sizeof(cu_mat), cudaMemcpyHostToDevice), err,
@@ -1500,6 +1549,8 @@ dd_status lt_run(lt_exec *x, int variant, int n, float temp, int topk, dd_error 
     P.topk = topk;
     P.seeds = (const uint64_t *)(st->d_in + st->off_seeds);
     P.frames = (const uint64_t *)(st->d_in + st->off_frames);
+    P.noise = x->noise;
+    P.V = c->codebook_size;
     P.ebase = x->ebase;
     P.err = st->sc.err;
     P.timeout_ns = x->timeout_ns;
