@@ -21,7 +21,10 @@ LIBDIR   ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 
-LIB_SRC  := $(wildcard src/*.c)
+# src/: the library's core (model, loader, plan, registry, ref backend, sampling); src/cpu/: the cpu backend;
+# src/cuda/: the cuda backend (CUDA=1 below).
+LIB_HDR  := $(wildcard src/*.h src/cpu/*.h)
+LIB_SRC  := $(wildcard src/*.c src/cpu/*.c)
 LIB_OBJ  := $(LIB_SRC:src/%.c=$(BUILD)/obj/%.o)
 TEST_SRC := $(wildcard tests/test_*.c)
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/%)
@@ -43,8 +46,8 @@ NVFLAGS   ?= -O3 -arch=$(CUDA_ARCH) -Xcompiler -fPIC -Iinclude -Isrc -fmad=false
 endif
 
 # CPU backend kernels, one file per instruction set (picked at run time from CPUID): only these get ISA flags.
-$(BUILD)/obj/cpu_kern_avx2.o: override CFLAGS += -mavx2 -mfma -mf16c
-$(BUILD)/obj/cpu_kern_avx512.o: override CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
+$(BUILD)/obj/cpu/cpu_kern_avx2.o: override CFLAGS += -mavx2 -mfma -mf16c
+$(BUILD)/obj/cpu/cpu_kern_avx512.o: override CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
 
 .PHONY: all lib test clean install
 all: lib $(BUILD)/depthdec $(TESTS)
@@ -53,7 +56,7 @@ lib: $(BUILD)/libdepthdec.a $(BUILD)/libdepthdec.so $(BUILD)/depthdec.pc
 # Library objects are compiled with hidden visibility: libdepthdec.so exports only the functions that
 # include/depthdec.h marks DD_API. Tests, the CLI and the Python package link the static archive, where the
 # internal functions stay reachable.
-$(BUILD)/obj/%.o: src/%.c $(wildcard src/*.h) include/depthdec.h
+$(BUILD)/obj/%.o: src/%.c $(LIB_HDR) include/depthdec.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fvisibility=hidden -c $< -o $@
 
@@ -90,14 +93,14 @@ $(BUILD)/depthdec.pc: Makefile include/depthdec.h
 	@mkdir -p $(dir $@)
 	echo "$$PC_FILE" >$@
 
-$(BUILD)/tools/%.o: tools/%.c tools/npy.h $(wildcard src/*.h) include/depthdec.h
+$(BUILD)/tools/%.o: tools/%.c tools/npy.h $(LIB_HDR) include/depthdec.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/depthdec: tools/depthdec.c $(NPY_OBJ) $(BUILD)/libdepthdec.a
 	$(CC) $(CFLAGS) -o $@ $< $(NPY_OBJ) $(BUILD)/libdepthdec.a $(LDFLAGS) $(LDLIBS)
 
-$(BUILD)/tobj/%.o: tests/%.c $(wildcard tests/*.h src/*.h) include/depthdec.h
+$(BUILD)/tobj/%.o: tests/%.c $(wildcard tests/*.h) $(LIB_HDR) include/depthdec.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -Itools -c $< -o $@
 # the shared test objects (tests/harness.c ...) are kept, not deleted as intermediates after each link

@@ -2,7 +2,7 @@
  *
  * dd_plan_build turns (model, kind) into the ops of a frame for any batch: every op is stated per stream, and a
  * backend executes it for the b streams of a call (rows of a buffer are stream-major: row s*span + t). The CPU
- * backend executes the plan as it is (cpu.c, run_plan). The CUDA backend still builds its own program
+ * backend executes the plan as it is (cpu/cpu.c, run_plan). The CUDA backend still builds its own program
  * (cuda/backend.cu, build) — op for op the same sequence, except that it precomputes CSM's in(table) (see
  * dd_plan_in) — and is to translate this list instead. The reference backend (ref.c) does not use the plan: it is
  * the independent oracle, written from SPEC.

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #ifdef DD_WITH_CPU
-#include "cpu.h"
+#include "cpu/cpu.h"
 
 static const char *cpu_variant_name(int v) { return dd_cpu_isa_name((dd_cpu_isa)v); }
 static int cpu_variant_supported(int v) { return dd_cpu_isa_supported((dd_cpu_isa)v); }

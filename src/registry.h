@@ -67,7 +67,7 @@ extern const dd_backend_vt dd_ref_backend; /* ref.c */
 /* bandwidth.c: a multi-threaded streaming read of a 1 GiB host buffer (threads 0 = one per core), best of 5 */
 dd_status dd_host_read_bandwidth(int threads, double *gbps, dd_error *err);
 #ifdef DD_WITH_CPU
-extern const dd_backend_vt dd_cpu_backend; /* cpu.c; the rest of its interface is cpu.h */
+extern const dd_backend_vt dd_cpu_backend; /* cpu/cpu.c; the rest of its interface is cpu/cpu.h */
 #endif
 
 #endif

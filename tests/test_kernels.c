@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu.h"
+#include "cpu/cpu.h"
 #include "depthdec.h"
 #include "harness.h"
 #include "kernels.h"

@@ -155,11 +155,9 @@ static __device__ __noinline__ void cu_attend_fast(const cu_attend &A, int s, in
     const int p0 = A.p0, p = p0 + i, nk = p + 1;
     const float *tok0 = A.qkv + (size_t)s * A.P * qw; /* token (s, 0) */
     float *sq = ws, *skn = ws + HD;
-    CU_PROBE_START(pt);
     cu_rot_row(A, tok0 + (size_t)i * qw + (size_t)h * HD, p, sq, lane);
     for (int r = 0; r <= i; r++) cu_rot_row(A, tok0 + (size_t)r * qw + (size_t)(A.H + kh) * HD, p0 + r, skn + r * HD, lane);
     __syncwarp();
-    CU_PROBE(13, pt);
     const float *kc = A.kc + (size_t)s * A.cstride + (size_t)kh * HD;
     const float *vc = A.vc + (size_t)s * A.cstride + (size_t)kh * HD;
     const int voff = (A.H + A.KVH + kh) * HD;
@@ -172,7 +170,6 @@ static __device__ __noinline__ void cu_attend_fast(const cu_attend &A, int s, in
             vd[d] = __ldcg(vin + d);
         }
     }
-    CU_PROBE(14, pt);
     /* scores: lane j takes keys j and j + 32, a sequential float32 dot over HD; a lane's loads of 32 elements of
      * its key row are in flight together */
     const float scale = sqrtf((float)HD);
@@ -215,7 +212,6 @@ static __device__ __noinline__ void cu_attend_fast(const cu_attend &A, int s, in
     float sum = e0 + e1;
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     float w0 = e0 / sum, w1 = e1 / sum;
-    CU_PROBE(15, pt);
     /* out: lane takes dims d and d + 32 of a 64-wide slice; values of 16 keys in flight; keys in order */
     float *out = A.out + ((size_t)s * A.P + i) * A.H * HD + (size_t)h * HD;
 #pragma unroll 1
@@ -246,7 +242,6 @@ static __device__ __noinline__ void cu_attend_fast(const cu_attend &A, int s, in
         if (db < HD) out[db] = ob;
     }
     __syncwarp();
-    CU_PROBE(16, pt);
 }
 
 /* the fast schedule as its own op: query items (stream, position, q head) striped over the blocks first */

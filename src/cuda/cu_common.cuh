@@ -166,36 +166,14 @@ typedef struct cu_params {
     unsigned *cnt; /* completion counters of fused ops (reset to 0 by their last user) */
     int force_big; /* test hook: every linear on the large schedule */
     unsigned long long timeout_ns; /* a grid barrier gives up after this long */
-    unsigned long long *prof;      /* test hook: per-category nanoseconds summed over blocks, or NULL */
-    unsigned long long *tl;        /* test hook: timeline [tl_ops][grid][2] (op start, op work done), or NULL */
-    unsigned long long *tl_desc;   /* [tl_ops]: type | T << 8 | N << 24 | K << 44 of the op (block 0 writes) */
-    int tl_ops;
 } cu_params;
 
-/* profile categories (dd_cuda_test_profile) */
-enum { CU_PROF_LINEAR = 0, CU_PROF_FATTEND, CU_PROF_FSAMPLE, CU_PROF_BIG, CU_PROF_ATTEND, CU_PROF_SAMPLE, CU_PROF_WAIT,
-       CU_PROF_TOTAL, CU_NPROF };
-
-/* test hook (dd_cuda_test_probes): when set, thread 0 of a block adds the time since its previous probe to
- * cu_probe_buf[2 id] and 1 to cu_probe_buf[2 id + 1] at each CU_PROBE point (profiling only) */
-#define CU_NPROBE 32
-static __device__ unsigned long long *cu_probe_buf;
+/* the global nanosecond timer (grid-barrier and wait timeouts) */
 __device__ __forceinline__ unsigned long long cu_gtimer(void) {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
-#define CU_PROBE_START(t) unsigned long long t = cu_probe_buf && threadIdx.x == 0 ? cu_gtimer() : 0ull
-#define CU_PROBE(id, t)                                                                                            \
-    do {                                                                                                           \
-        unsigned long long *b_ = cu_probe_buf;                                                                     \
-        if (b_ && threadIdx.x == 0) {                                                                              \
-            unsigned long long n_ = cu_gtimer();                                                                   \
-            atomicAdd(b_ + 2 * (id), n_ - (t));                                                                    \
-            atomicAdd(b_ + 2 * (id) + 1, 1ull);                                                                    \
-            (t) = n_;                                                                                              \
-        }                                                                                                          \
-    } while (0)
 
 /* ---- host/device helpers: the schedule decisions both sides must agree on ------------------------------- */
 

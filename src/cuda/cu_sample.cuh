@@ -242,7 +242,6 @@ __device__ __forceinline__ float cu_raw_val(const cu_raw &t, int r, int d) {
  * gathered). */
 static __device__ __noinline__ int cu_sample_stream(const cu_sample &S, const cu_params &P, int s, float *zs, const cu_samp_smem &SS) {
     int code;
-    CU_PROBE_START(pt);
     if (S.forced) {
         code = S.code_is_stream ? s : __ldcg(S.code_in + (size_t)s * S.ldi);
     } else {
@@ -251,14 +250,12 @@ static __device__ __noinline__ int cu_sample_stream(const cu_sample &S, const cu
         if ((size_t)S.V * 4 <= CU_ACT_BYTES) {
             for (int i = threadIdx.x; i < S.V; i += CU_THREADS) zs[i] = __ldcg(zg + i);
             __syncthreads();
-            CU_PROBE(3, pt);
             code = cu_sample_block([&](int i) { return zs[i]; }, S.V, P.temp, P.topk, seed, frame, S.level, SS);
         } else {
             code = cu_sample_block([&](int i) { return __ldcg(zg + i); }, S.V, P.temp, P.topk, seed, frame,
                                    S.level, SS);
         }
     }
-    if (!S.forced) CU_PROBE(4, pt);
     if (threadIdx.x == 0) {
         if (code < 0) atomicMin(&P.err[1], (s << 8) | S.level);
         if (S.code_out) S.code_out[(size_t)s * S.ldo] = code;
@@ -272,7 +269,6 @@ static __device__ __noinline__ int cu_sample_stream(const cu_sample &S, const cu
         if (S.pos) v = v + __ldg(S.pos + d);
         dst[d] = v;
     }
-    CU_PROBE(5, pt);
     return code;
 }
 

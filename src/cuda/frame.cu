@@ -46,11 +46,6 @@ __device__ __forceinline__ unsigned long long cu_ld_acquire(const unsigned long 
     asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
     return v;
 }
-__device__ __forceinline__ unsigned long long cu_globaltimer(void) {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
 
 /* The grid barrier in two halves, so a block can do useful loads while it waits: arrive (after every thread of
  * the block is done), then wait. wait returns 1 when the kernel must stop (a barrier timed out somewhere).
@@ -76,12 +71,12 @@ __device__ int cu_bar_wait(const cu_params &P, int &k, int *sflag) {
         unsigned long long t0 = 0;
         while (cu_ld_acquire(P.bar + CU_BAR_FLAG) < target) {
             if ((++spin & 1023u) == 0) {
-                if (t0 == 0) t0 = cu_globaltimer();
+                if (t0 == 0) t0 = cu_gtimer();
                 if (*(volatile int *)&P.err[0] != CU_ERR_CLEAR) {
                     ab = 1;
                     break;
                 }
-                if (cu_globaltimer() - t0 > P.timeout_ns) {
+                if (cu_gtimer() - t0 > P.timeout_ns) {
                     atomicExch(&P.err[0], CU_ERR_TIMEOUT);
                     ab = 1;
                     break;
@@ -98,10 +93,6 @@ __device__ int cu_grid_barrier(const cu_params &P, int &k, int *sflag) {
     cu_bar_arrive(P, k);
     return cu_bar_wait(P, k, sflag);
 }
-
-static unsigned long long *g_prof = NULL; /* dd_cuda_test_profile */
-static unsigned long long *g_tl = NULL;   /* dd_cuda_test_timeline */
-static int g_tl_ops = 0;
 
 /* ---- dispatch on the weight type --------------------------------------------------------------------------- */
 
@@ -156,7 +147,6 @@ __device__ void cu_fused_attend(const cu_params &P, const cu_linear &L, const cu
     uint8_t *gflag = sm.misc + MISC_GFLAG;
     const int h16 = A.HD / 16, Gq = A.H / A.KVH, total = (Gq + 2) * h16;
     __syncthreads(); /* the block's qkv rows are written (ordered before thread 0's release by bar.sync) */
-    CU_PROBE_START(pt);
     if (threadIdx.x == 0) {
         for (int g = 0; g < A.KVH; g++) {
             int c = cu_overlap(u0, u1, g * Gq * h16, (g + 1) * Gq * h16) +
@@ -168,13 +158,11 @@ __device__ void cu_fused_attend(const cu_params &P, const cu_linear &L, const cu
         }
     }
     __syncthreads();
-    CU_PROBE(0, pt);
     for (int g = 0; g < A.KVH; g++) {
         if (!gflag[g]) continue;
         cu_attend_group_block(A, P.n, g, (float *)sm.act);
         if (threadIdx.x == 0) P.cnt[g] = 0;
         __syncthreads();
-        CU_PROBE(1, pt);
     }
 }
 
@@ -184,10 +172,8 @@ __device__ void cu_fused_sample(const cu_params &P, const cu_linear &L, const cu
     if (nu == 0) return;
     int *slast = (int *)(sm.misc + MISC_LAST);
     __syncthreads();
-    CU_PROBE_START(pt);
     if (threadIdx.x == 0) *slast = cu_atom_add_acqrel(&P.cnt[CNT_HEAD], (unsigned)nu) + (unsigned)nu == (unsigned)L.w.MT;
     __syncthreads();
-    CU_PROBE(2, pt);
     if (!*slast) return;
     for (int s = 0; s < P.n; s++) cu_sample_stream(S, P, s, (float *)sm.act, SS);
     if (threadIdx.x == 0) P.cnt[CNT_HEAD] = 0;
@@ -223,37 +209,12 @@ extern "C" __global__ void __launch_bounds__(CU_THREADS, 1) cu_frame_kernel(cu_p
         const cu_op *o0 = (const cu_op *)sets[0];
         if (o0->type == CU_OP_LINEAR) cu_prefetch_linear(o0->lin, cu_lin_T(&o0->lin, P.n), P.force_big);
     }
-    unsigned long long tprof = 0, tstart = 0;
-    const bool prof = P.prof != NULL && threadIdx.x == 0;
-    if (prof) tstart = tprof = cu_globaltimer();
-#define PROF(cat)                                                                                                  \
-    do {                                                                                                           \
-        if (prof) {                                                                                                \
-            unsigned long long t_ = cu_globaltimer();                                                              \
-            atomicAdd(P.prof + (cat), t_ - tprof);                                                                 \
-            tprof = t_;                                                                                            \
-        }                                                                                                          \
-    } while (0)
-    long long clk0 = clock64();
-    unsigned long long gt0 = cu_globaltimer();
     int i = 0;
     while (i < P.nops) {
         const cu_op *op = (const cu_op *)sets[cur];
         const cu_op *o1 = i + 1 < P.nops ? (const cu_op *)(sets[cur] + 1024) : NULL;
         const cu_op *o2 = i + 2 < P.nops ? (const cu_op *)(sets[cur] + 2048) : NULL;
         int next = i + 1, bar = op->bar_after;
-        const bool tl = P.tl != NULL && i < P.tl_ops; /* block-uniform */
-        if (tl && threadIdx.x == 0) {
-            P.tl[((size_t)i * gridDim.x + blockIdx.x) * 2] = cu_globaltimer();
-            if (blockIdx.x == 0) {
-                unsigned long long d = (unsigned long long)op->type;
-                if (op->type == CU_OP_LINEAR)
-                    d |= (unsigned long long)cu_lin_T(&op->lin, P.n) << 8 |
-                         (unsigned long long)(op->lin.w.N * (op->lin.w.pair ? 2 : 1)) << 24 |
-                         (unsigned long long)op->lin.w.K << 44;
-                P.tl_desc[i] = d;
-            }
-        }
         if (op->type == CU_OP_LINEAR) {
             const cu_linear &L = op->lin;
             const int T = cu_lin_T(&L, P.n);
@@ -261,19 +222,11 @@ extern "C" __global__ void __launch_bounds__(CU_THREADS, 1) cu_frame_kernel(cu_p
             const cu_op *nl = o1 && o1->type == CU_OP_LINEAR ? o1 : o2 && o2->type == CU_OP_LINEAR ? o2 : NULL;
             if (nl) cu_prefetch_linear(nl->lin, cu_lin_T(&nl->lin, P.n), P.force_big);
             if (cu_lin_small(&L, T, P.force_big)) {
-                CU_PROBE_START(pt);
                 int nu = cu_run_small(L, T, sm);
-                CU_PROBE(7, pt);
-                PROF(CU_PROF_LINEAR);
                 int fused = L.fuse == i + 1 && o1 && (o1->type != CU_OP_ATTEND || cu_can_fuse_attend(&o1->att));
                 if (fused) {
-                    if (o1->type == CU_OP_ATTEND) {
-                        cu_fused_attend(P, L, o1->att, sm);
-                        PROF(CU_PROF_FATTEND);
-                    } else {
-                        cu_fused_sample(P, L, o1->smp, nu, sm, SS);
-                        PROF(CU_PROF_FSAMPLE);
-                    }
+                    if (o1->type == CU_OP_ATTEND) cu_fused_attend(P, L, o1->att, sm);
+                    else cu_fused_sample(P, L, o1->smp, nu, sm, SS);
                     next = i + 2;
                 }
             } else {
@@ -283,22 +236,13 @@ extern "C" __global__ void __launch_bounds__(CU_THREADS, 1) cu_frame_kernel(cu_p
                 if (L.w.pair) cu_run_gemm<1>(L, T, P, sm);
                 else cu_run_gemm<0>(L, T, P, sm);
                 bar = 1;
-                PROF(CU_PROF_BIG);
             }
         } else if (op->type == CU_OP_ATTEND) {
-            CU_PROBE_START(pt);
             if (cu_attend_fast_ok(&op->att)) cu_attend_op_fast(op->att, P.n, (float *)sm.act);
             else cu_attend_op(op->att, P.n, (float *)sm.act);
             __syncthreads();
-            CU_PROBE(6, pt);
-            PROF(CU_PROF_ATTEND);
         } else if (op->type == CU_OP_SAMPLE) {
             for (int s = blockIdx.x; s < P.n; s += gridDim.x) cu_sample_stream(op->smp, P, s, (float *)sm.act, SS);
-            PROF(CU_PROF_SAMPLE);
-        }
-        if (tl) {
-            __syncthreads();
-            if (threadIdx.x == 0) P.tl[((size_t)i * gridDim.x + blockIdx.x) * 2 + 1] = cu_globaltimer();
         }
         /* the next ops' descriptors load while this block waits at the barrier */
         if (bar) {
@@ -310,65 +254,9 @@ extern "C" __global__ void __launch_bounds__(CU_THREADS, 1) cu_frame_kernel(cu_p
             if (next < P.nops) cu_load_ops(sets[cur ^ 1], P, next);
             __syncthreads();
         }
-        PROF(CU_PROF_WAIT);
         cur ^= 1;
         i = next;
     }
-    if (prof) atomicAdd(P.prof + CU_PROF_TOTAL, cu_globaltimer() - tstart);
-    if (cu_probe_buf && threadIdx.x == 0 && blockIdx.x == 0) { /* SM clock: cycles over nanoseconds */
-        atomicAdd(cu_probe_buf + 2 * (CU_NPROBE - 1), (unsigned long long)(clock64() - clk0));
-        atomicAdd(cu_probe_buf + 2 * (CU_NPROBE - 1) + 1, cu_globaltimer() - gt0);
-    }
-#undef PROF
-}
-
-/* test hook: on = 1 starts summing per-category kernel time (nanoseconds, summed over blocks) on every launch;
- * on = 0 stops and copies the sums (CU_NPROF values) to out when out is not NULL */
-extern "C" void dd_cuda_test_profile(int on, unsigned long long *out) {
-    if (on) {
-        if (!g_prof && cudaMalloc((void **)&g_prof, CU_NPROF * 8) != cudaSuccess) g_prof = NULL;
-        if (g_prof) cudaMemset(g_prof, 0, CU_NPROF * 8);
-        return;
-    }
-    if (g_prof && out) cudaMemcpy(out, g_prof, CU_NPROF * 8, cudaMemcpyDeviceToHost);
-    cudaFree(g_prof);
-    g_prof = NULL;
-}
-
-/* test hook: on = 1 records, on every launch, each block's start and work-done time of the first max_ops ops;
- * on = 0 copies the records ([max_ops][grid][2], then [max_ops] op descriptors) to out (when not NULL) and stops.
- * Returns the grid size. */
-extern "C" int dd_cuda_test_timeline(int on, int max_ops, unsigned long long *out) {
-    int grid = cu_grid_size();
-    size_t n = (size_t)max_ops * grid * 2 + (size_t)max_ops;
-    if (on) {
-        if (!g_tl && cudaMalloc((void **)&g_tl, n * 8) != cudaSuccess) g_tl = NULL;
-        if (g_tl) cudaMemset(g_tl, 0, n * 8);
-        g_tl_ops = g_tl ? max_ops : 0;
-        return grid;
-    }
-    if (g_tl && out) cudaMemcpy(out, g_tl, n * 8, cudaMemcpyDeviceToHost);
-    cudaFree(g_tl);
-    g_tl = NULL;
-    g_tl_ops = 0;
-    return grid;
-}
-
-/* test hook: on = 1 clears and enables the probe sums (CU_NPROBE pairs of (ns, count); the last pair is block 0's
- * (cycles, ns)); on = 0 copies them to out (when not NULL) and disables */
-extern "C" void dd_cuda_test_probes(int on, unsigned long long *out) {
-    static unsigned long long *buf = NULL;
-    if (on) {
-        if (!buf && cudaMalloc((void **)&buf, CU_NPROBE * 16) != cudaSuccess) buf = NULL;
-        if (buf) cudaMemset(buf, 0, CU_NPROBE * 16);
-        cudaMemcpyToSymbol(cu_probe_buf, &buf, sizeof buf);
-        return;
-    }
-    unsigned long long *z = NULL;
-    cudaMemcpyToSymbol(cu_probe_buf, &z, sizeof z);
-    if (buf && out) cudaMemcpy(out, buf, CU_NPROBE * 16, cudaMemcpyDeviceToHost);
-    cudaFree(buf);
-    buf = NULL;
 }
 
 /* ---- host: launch and scratch ------------------------------------------------------------------------------ */
@@ -464,12 +352,6 @@ dd_status cu_run_program(cu_scratch *s, const cu_op *h_ops, const cu_op *d_ops, 
         timeout_ns = (unsigned long long)((sec > 0 ? sec : 10.0) * 1e9);
     }
     P.timeout_ns = timeout_ns;
-    P.prof = g_prof;
-    if (g_tl) {
-        P.tl = g_tl;
-        P.tl_ops = g_tl_ops;
-        P.tl_desc = g_tl + (size_t)g_tl_ops * s->grid * 2;
-    }
     CU_TRY(cudaMemsetAsync(s->err, 0x7F, 8, stream), err, "reset error flags");
     void *args[] = {&P};
     CU_TRY(cudaLaunchCooperativeKernel((const void *)cu_frame_kernel, dim3(s->grid), dim3(CU_THREADS), args,
