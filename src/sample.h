@@ -1,13 +1,16 @@
 /* Internal sampling API (SPEC §3), shared by the reference, fast CPU and CUDA backends.
  *
  * The public pieces (dd_philox4x32_10, dd_sample_logits) are declared in depthdec.h; this header adds the noise,
- * the order keys, the exact top-k threshold and a check-free sampling core for backends that have already
- * validated their arguments. Everything here is pure, allocation-free and thread-safe (no global state).
+ * the exact top-k threshold and a check-free sampling core for backends that have already validated their
+ * arguments. The scalar pieces every backend must compute bit for bit alike (Philox rounds, the noise mapping, u and
+ * g, order keys, the score, the tie rule) are static inline functions of sample_math.h, compiled for host and
+ * device alike. Everything here is pure, allocation-free and thread-safe (no global state).
  */
 #ifndef DD_SAMPLE_H
 #define DD_SAMPLE_H
 
 #include "depthdec.h"
+#include "sample_math.h" /* the scalar arithmetic shared with the device: Philox, u, g, order keys, score, ties */
 
 #include <stdint.h>
 
@@ -15,19 +18,12 @@
  *   key = {lo32(seed), hi32(seed)}, ctr = {i >> 2, (uint32_t)level, lo32(frame), hi32(frame)},
  *   x = philox(ctr, key)[i & 3], u = (float)((x >> 8) | 1) * 0x1p-24f  (u in [2^-24, 1 - 2^-24], never 0 or 1),
  *   g = (float)(-log(-log((double)u))).
- * Always finite (|g| < 17). */
+ * Always finite (|g| < 17). dd_noise_words and dd_gumbel_word of sample_math.h, as one call. */
 float dd_gumbel(uint64_t seed, uint64_t frame, int level, uint32_t i);
 
 /* The four noise values of indices 4*i4 .. 4*i4+3 from one Philox call: g[j] == dd_gumbel(seed, frame, level,
  * 4*i4 + j) bit for bit. g must hold 4 floats. */
 void dd_gumbel_block(uint64_t seed, uint64_t frame, int level, uint32_t i4, float g[4]);
-
-/* Order-preserving map float -> uint32: a < b (as floats) <=> key(a) < key(b), with -0.0 and +0.0 mapped to the
- * same key (they are equal floats) and every NaN mapped to the key of -inf (NaN counts as -inf). */
-uint32_t dd_order_key(float f);
-
-/* Inverse of dd_order_key on its image: the float whose key is k (+0.0 for the zero key, -inf for the NaN key). */
-float dd_order_key_to_float(uint32_t k);
 
 /* Order key of the K-th largest value of z[0..V) (1 <= K <= V; NaN counts as -inf), found exactly by radix select:
  * four passes of 8-bit histograms over the keys, recomputed from z each pass (no allocation, 1 KiB of stack). */

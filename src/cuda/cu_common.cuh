@@ -6,7 +6,8 @@
  *   cu_mma.cuh     device: bf16 split of activations, weight fragments (f32/f16/bf16/q8/q4), mma.sync
  *   cu_linear.cuh  device: the fused norm-prologue linear (small-batch and large-batch schedules)
  *   cu_attend.cuh  device: KV append + causal attention (MHA/GQA/RoPE)
- *   cu_sample.cuh  device: Philox/Gumbel, exact top-k by radix select, Gumbel-max, embedding gather
+ *   cu_sample.cuh  device: the block-parallel sampler (exact top-k by radix select, block-wide Gumbel-max; its
+ *                  scalar arithmetic is src/sample_math.h, shared with the host), embedding gather
  *   frame.cu       the persistent frame kernel (op interpreter + grid barrier) and its launcher
  *   upload.cu      dd_weight views -> device fragment layout (kept in the stored type)
  *   backend.cu     the dd_cuda_backend vtable: decoder state, frame programs, decode/score
@@ -29,6 +30,10 @@
 #include <cuda_runtime.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* host/device functions (SPEC §3's scalar arithmetic): included here, outside the extern "C" block, so that
+ * sample.h's include of it below finds it done */
+#include "sample_math.h"
 
 extern "C" {
 #include "backend.h"

@@ -1,8 +1,11 @@
-/* SPEC §3 sampling on the device, bit-identical to dd_sample_core (src/sample.c) for equal logits:
- * Philox4x32-10, u from the top 24 bits, g = (float)(-log(-log((double)u))) in double, s = fl(fl(z * invT) + g)
- * with __fmul_rn/__fadd_rn, the exact K-th largest key by a 4-pass 8-bit radix select (integer histograms, so the
- * order of the atomic adds does not matter), NaN as -inf, ties to the lowest index, and the rule of sample.c
- * that the first candidate is always taken (a level whose candidates all score -inf returns the lowest one).
+/* SPEC §3 sampling on the device, bit-identical to dd_sample_core (src/sample.c) for equal logits. The scalar
+ * arithmetic is sample_math.h's, the same source the host compiles: Philox4x32-10 and the noise mapping
+ * (dd_noise_words), u and g = (float)(-log(-log((double)u))) in double (dd_gumbel_word), s = fl(fl(z * invT) + g)
+ * with __fmul_rn/__fadd_rn (dd_sample_score), order keys with NaN as -inf (dd_order_key), and ties to the lowest
+ * index with the first candidate always taken (dd_sample_better: a level whose candidates all score -inf returns
+ * the lowest one). What is the device's own is the parallel part: the exact K-th largest key by a 4-pass 8-bit
+ * radix select over the block (integer histograms, so the order of the atomic adds does not matter) and the
+ * block-wide argmax.
  * One block samples one stream; then the drawn code's embedding row (+ learned position) is gathered as the next
  * pass's input. */
 #ifndef DD_CU_SAMPLE_CUH
@@ -11,40 +14,6 @@
 #include "cu_common.cuh"
 
 #include <cuda_fp16.h>
-
-__device__ __forceinline__ void cu_philox(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0,
-                                          uint32_t k1, uint32_t out[4]) {
-#pragma unroll
-    for (int r = 0; r < 10; r++) {
-        if (r > 0) {
-            k0 += 0x9E3779B9u;
-            k1 += 0xBB67AE85u;
-        }
-        uint32_t hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
-        uint32_t hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
-        uint32_t n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
-        c0 = n0;
-        c1 = lo1;
-        c2 = n2;
-        c3 = lo0;
-    }
-    out[0] = c0;
-    out[1] = c1;
-    out[2] = c2;
-    out[3] = c3;
-}
-
-__device__ __forceinline__ float cu_gumbel_word(uint32_t x) {
-    float u = __fmul_rn((float)((x >> 8) | 1u), 0x1p-24f);
-    return __double2float_rn(-log(-log((double)u)));
-}
-
-__device__ __forceinline__ uint32_t cu_order_key(float f) {
-    uint32_t u = __float_as_uint(f);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x007FFFFFu;
-    if (u == 0x80000000u) u = 0;
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
 
 /* smem scratch: hist[256] u32, then 2 ints (bucket, k), then per-warp (float, int) pairs */
 struct cu_samp_smem {
@@ -62,10 +31,9 @@ struct cu_bar_cta {
     static __device__ __forceinline__ int sync_or(int v) { return __syncthreads_or(v); }
 };
 
-/* the better of (s, i) and (t, j): larger score, then lower index; index -1 means "none" */
+/* the better of (s, i) and (t, j) by dd_sample_better: larger score, then lower index; index -1 means "none" */
 __device__ __forceinline__ void cu_best(float &s, int &i, float t, int j) {
-    if (j < 0) return;
-    if (i < 0 || t > s || (t == s && j < i)) {
+    if (dd_sample_better(t, j, s, i)) {
         s = t;
         i = j;
     }
@@ -106,7 +74,7 @@ static __device__ int cu_sample_block(LD z, int V, float T, int K, uint64_t seed
     if (T == 0.0f) {
         for (int i = tid; i < V; i += BAR::threads) {
             float zi = z(i);
-            if (isnan(zi) || zi == -INFINITY) continue;
+            if (dd_logit_dead(zi)) continue;
             cu_best(bs, bi, zi, i);
         }
         cu_block_best<BAR>(bs, bi, S);
@@ -123,7 +91,7 @@ static __device__ int cu_sample_block(LD z, int V, float T, int K, uint64_t seed
 #pragma unroll 1
             for (int base = 0; base < V; base += BAR::threads) {
                 int i = base + tid;
-                uint32_t key = i < V ? cu_order_key(z(i)) : 0u;
+                uint32_t key = i < V ? dd_order_key(z(i)) : 0u;
                 int valid = i < V && (key & mask) == prefix;
                 unsigned b = valid ? (key >> shift) & 0xFFu : 256u + (tid & 31);
                 unsigned same = __match_any_sync(0xffffffffu, b);
@@ -163,16 +131,13 @@ static __device__ int cu_sample_block(LD z, int V, float T, int K, uint64_t seed
         }
         thr = prefix;
     }
-    const float invT = __fdiv_rn(1.0f, T);
-    const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    const float invT = dd_inv_temperature(T);
     if (gpre) { /* the noise of every index computed before the logits arrived (the latency executor's lt_noise) */
 #pragma unroll 1
         for (int i = tid; i < V; i += BAR::threads) {
             const float zi = z(i);
-            if (isnan(zi) || zi == -INFINITY || cu_order_key(zi) < thr) continue;
-            float si = __fadd_rn(__fmul_rn(zi, invT), gpre[i]);
-            if (isnan(si)) si = -INFINITY;
-            cu_best(bs, bi, si, i);
+            if (dd_logit_dropped(zi, thr)) continue;
+            cu_best(bs, bi, dd_sample_score(zi, invT, gpre[i]), i);
         }
         cu_block_best<BAR>(bs, bi, S);
         return bi;
@@ -187,19 +152,17 @@ static __device__ int cu_sample_block(LD z, int V, float T, int K, uint64_t seed
         for (int e = 0; e < 4; e++) {
             int i = 4 * i4 + e;
             zz[e] = i < V ? z(i) : NAN;
-            if (!(isnan(zz[e]) || zz[e] == -INFINITY || cu_order_key(zz[e]) < thr)) cand |= 1u << e;
+            if (!dd_logit_dropped(zz[e], thr)) cand |= 1u << e;
         }
         if (!cand) continue;
         uint32_t x[4];
-        cu_philox((uint32_t)i4, (uint32_t)level, (uint32_t)frame, (uint32_t)(frame >> 32), k0, k1, x);
+        dd_noise_words(seed, frame, level, (uint32_t)i4, x);
 #pragma unroll 1
         for (int e = 0; e < 4; e++) {
             if (!((cand >> e) & 1u)) continue;
             uint32_t xe = e == 0 ? x[0] : e == 1 ? x[1] : e == 2 ? x[2] : x[3];
             float ze = e == 0 ? zz[0] : e == 1 ? zz[1] : e == 2 ? zz[2] : zz[3];
-            float si = __fadd_rn(__fmul_rn(ze, invT), cu_gumbel_word(xe));
-            if (isnan(si)) si = -INFINITY;
-            cu_best(bs, bi, si, 4 * i4 + e);
+            cu_best(bs, bi, dd_sample_score(ze, invT, dd_gumbel_word(xe)), 4 * i4 + e);
         }
     }
     cu_block_best<BAR>(bs, bi, S);

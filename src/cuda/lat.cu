@@ -868,12 +868,11 @@ __device__ __noinline__ void lt_noise(void) { /* once per frame: out of line, so
         const int s = g / per, r = g - s * per, lv = r / V4, i4 = r - lv * V4;
         const uint64_t seed = P.seeds ? P.seeds[s] : 0, frame = P.frames ? P.frames[s] : 0;
         uint32_t x[4];
-        cu_philox((uint32_t)i4, (uint32_t)lv, (uint32_t)frame, (uint32_t)(frame >> 32), (uint32_t)seed,
-                  (uint32_t)(seed >> 32), x);
+        dd_noise_words(seed, frame, lv, (uint32_t)i4, x);
         u64 *dst = P.noise + ((size_t)s * P.Q + lv) * P.V + 4 * i4;
 #pragma unroll
         for (int e = 0; e < 4; e++)
-            if (4 * i4 + e < P.V) lt_st(dst + e, cu_gumbel_word(x[e]), E);
+            if (4 * i4 + e < P.V) lt_st(dst + e, dd_gumbel_word(x[e]), E);
     }
 }
 
