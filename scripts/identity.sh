@@ -26,7 +26,9 @@
 #
 #   scripts/identity.sh build REV DESTDIR [MAKE ARGS...]
 #       Builds the CLI of revision REV in a temporary detached worktree (removed afterwards) and copies it to
-#       DESTDIR/depthdec, e.g. the revision before issue 12 with the cuda backend:
+#       DESTDIR/depthdec (it needs this checkout's git repository: on a machine that gets a copy of the working
+#       tree without it, build here into an ignored folder such as build-old/ and take the binary along), e.g. the
+#       revision before issue 12 with the cuda backend:
 #         scripts/identity.sh build e7f0beb build-old CUDA=1 CUDA_ARCH=sm_90
 #         make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda build-cuda/depthdec
 #         scripts/identity.sh run build-old/depthdec /tmp/id-old --backend cuda
