@@ -1511,9 +1511,8 @@ void lt_free(lt_exec *x) {
 int lt_max_batch(const lt_exec *x) { return x ? LT_MAX_N : 0; }
 
 /* The batches the decoder sends here by default: all it takes. Measured on the H200 in one process
- * (dev/cuda/lat_timeline.cu, 2026-12-03 22:0x UTC, medians of 30 frames), this executor vs the frame kernel: GPT dims
- * bf16 B1 8.87 vs 11.36 ms, q4 B1 10.71 vs 11.87, bf16 B8 14.62 vs 17.35, CSM dims bf16 B1 12.55 vs 16.07
- * (docs/cuda_results.md). */
+ * (dev/cuda/lat_timeline.cu, 2026-12-03 22:4x UTC, medians of 30 frames), this executor vs the frame kernel: GPT dims
+ * bf16 B1 5.11 vs 10.33 ms, bf16 B8 11.14 vs 16.14, CSM dims bf16 B1 7.43 vs 14.76 (docs/cuda_results.md). */
 int lt_default_crossover(const lt_exec *x) { return x ? LT_MAX_N : 0; }
 
 /* 1 when (variant, n) runs on the latency executor (the plan is built on first use) */

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# De-risk microbenchmarks of CUDA_V2.md ("Still open for your first call"), one device call:
+#   ring.cu     per-SM cp.async.bulk weight ring: HBM and L2-resident rates, plain-load and memcpy references,
+#               latency of one piece
+#   cluster.cu  clusters of 2..16 at 200 KB: occupancy, DSMEM hop, global-memory hop, cluster barrier
+#   wgmma.cu    two-term bf16 wgmma tile rate at (3072, 256, 1024) and full chip
+# Builds for sm_90a into $BUILD (default dev/cuda/derisk/build, git-ignored by the lead), runs each program under
+# a timeout (at most 120 s each, and all of it within a ~170 s budget), writes everything to $OUT/derisk.txt
+# (default OUT=/tmp/derisk; per-program logs and build logs beside it) and prints a compact summary last.
+#   OUT=/tmp/x dev/cuda/derisk/run.sh [ring] [cluster] [wgmma]      (default: all three)
+set -u -o pipefail
+cd "$(dirname "$0")"
+OUT=${OUT:-/tmp/derisk}
+BUILD=${BUILD:-build}
+PROGS=${*:-ring cluster wgmma}
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+FLAGS="-O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v"
+BUDGET_S=${BUDGET_S:-170}
+mkdir -p "$OUT" "$BUILD"
+T0=$(date +%s)
+R="$OUT/derisk.txt"
+: >"$R"
+{
+    echo "# derisk run $(date -u +%Y-%m-%dT%H:%M:%SZ) on ${HOSTNAME:-?}"
+    command -v nvidia-smi >/dev/null &&
+        nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu \
+            --format=csv,noheader | sed 's/^/# nvidia-smi: /'
+    echo "# nvcc: $("$NVCC" --version | tail -1)"
+} | tee -a "$R"
+
+# build (in parallel; each log kept)
+for p in $PROGS; do
+    rm -f "$BUILD/$p" # a failed build must not leave an older binary to run
+    "$NVCC" $FLAGS "$p.cu" -o "$BUILD/$p" >"$OUT/build_$p.log" 2>&1 &
+done
+wait
+for p in $PROGS; do
+    if [ -x "$BUILD/$p" ] && ! grep -q "error" "$OUT/build_$p.log"; then
+        nk=$(grep -c "spill stores" "$OUT/build_$p.log")
+        ns=$(grep -cE "[1-9][0-9]* bytes spill" "$OUT/build_$p.log")
+        echo "# build $p: ok ($nk kernels, $ns with spills)" | tee -a "$R"
+    else
+        echo "FAIL build $p (log: $OUT/build_$p.log)" | tee -a "$R"
+        tail -20 "$OUT/build_$p.log"
+    fi
+done
+echo "# build: $(($(date +%s) - T0)) s" | tee -a "$R"
+
+# run
+for p in $PROGS; do
+    [ -x "$BUILD/$p" ] || continue
+    left=$((BUDGET_S - ($(date +%s) - T0)))
+    lim=$((left < 120 ? left : 120))
+    if [ "$lim" -lt 10 ]; then
+        echo "SKIP $p: time budget used up" | tee -a "$R"
+        continue
+    fi
+    t=$(date +%s)
+    timeout -k 5 "$lim" "./$BUILD/$p" >"$OUT/$p.txt" 2>&1
+    rc=$?
+    cat "$OUT/$p.txt" >>"$R"
+    if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+        echo "FAIL $p: TIMEOUT after $lim s (rc $rc)" | tee -a "$R"
+    elif [ $rc -ne 0 ]; then
+        echo "FAIL $p: exit code $rc" | tee -a "$R"
+    fi
+    echo "# $p: rc $rc, $(($(date +%s) - t)) s" | tee -a "$R"
+done
+
+# summary: the device lines, every result row (spaces squeezed), the one-line summaries, and every FAIL/SKIP
+echo
+echo "==== derisk summary (full output: $R)"
+grep -E "^# (ring|cluster|wgmma)( on |: SM clock)" "$R" | head -2
+grep -E "^RESULT " "$R" | sed -e 's/^RESULT //' -e 's/   */ /g'
+grep -E "^SUMMARY " "$R"
+nf=$(grep -cE "^FAIL" "$R")
+grep -E "^(FAIL|SKIP)" "$R" | head -20
+echo "==== $nf FAIL lines; total $(($(date +%s) - T0)) s"
+[ "$nf" -eq 0 ]
