@@ -226,6 +226,7 @@ typedef struct cu_scratch {
     int ncnt;
     int grid;
     int own_err;
+    unsigned long long timeout_ns; /* a grid barrier that waits longer gives up (DD_CUDA_TIMEOUT_S, read at init) */
 } cu_scratch;
 
 int cu_grid_size(void); /* blocks of the frame kernel (SM count), 0 when no device */

@@ -295,6 +295,11 @@ dd_status cu_scratch_init2(cu_scratch *s, int max_tokens, int max_k, int max_gro
     memset(s, 0, sizeof *s);
     s->grid = cu_grid_size();
     if (!s->grid) return dd_fail(err, DD_EUNSUPPORTED, "backend cuda: the device cannot run the frame kernel");
+    { /* DD_CUDA_TIMEOUT_S: for slow instrumented runs (compute-sanitizer); default 10 s */
+        const char *t = getenv("DD_CUDA_TIMEOUT_S");
+        const double sec = t ? atof(t) : 0;
+        s->timeout_ns = (unsigned long long)((sec > 0 ? sec : 10.0) * 1e9);
+    }
     size_t nt = ((size_t)max_tokens + 7) / 8, kt = ((size_t)max_k + 15) / 16;
     s->act_bytes = nt * kt * 32 * sizeof(uint4);
     s->asum_floats = (size_t)max_tokens * (max_groups > 0 ? max_groups : 1);
@@ -345,13 +350,7 @@ dd_status cu_run_program(cu_scratch *s, const cu_op *h_ops, const cu_op *d_ops, 
     P.asum = s->asum;
     P.cnt = s->cnt;
     P.force_big = force_big;
-    static unsigned long long timeout_ns = 0;
-    if (!timeout_ns) { /* DD_CUDA_TIMEOUT_S: for slow instrumented runs (compute-sanitizer); default 10 s */
-        const char *t = getenv("DD_CUDA_TIMEOUT_S");
-        double sec = t ? atof(t) : 0;
-        timeout_ns = (unsigned long long)((sec > 0 ? sec : 10.0) * 1e9);
-    }
-    P.timeout_ns = timeout_ns;
+    P.timeout_ns = s->timeout_ns;
     CU_TRY(cudaMemsetAsync(s->err, 0x7F, 8, stream), err, "reset error flags");
     void *args[] = {&P};
     CU_TRY(cudaLaunchCooperativeKernel((const void *)cu_frame_kernel, dim3(s->grid), dim3(CU_THREADS), args,
