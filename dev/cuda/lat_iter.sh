@@ -11,6 +11,9 @@ STEPS=${*:-build quick timeline bench torch tests}
 has() { [[ " $STEPS " == *" $1 "* ]]; }
 export PYTHONUNBUFFERED=1 LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 B=build-cuda
+# the device tool brings back at most 8 files: at exit, the logs go into one archive beside timeline.md and the rest
+pack_logs() { (cd "$OUT" && ls *.log >/dev/null 2>&1 && tar czf logs.tgz --remove-files *.log); }
+[ "${LT_PACK:-1}" = 1 ] && trap pack_logs EXIT # LT_PACK=0: a caller collects the files itself
 if [ ! -f /usr/include/cmocka.h ] || [ ! -f /usr/include/jansson.h ]; then
     for f in .debs/*.deb; do dpkg -x "$f" /; done
     ldconfig

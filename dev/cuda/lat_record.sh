@@ -9,6 +9,7 @@ set -u -o pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/lat_record}
 W=$(mktemp -d)
+export LT_PACK=0 # this script picks the files it keeps
 mkdir -p "$OUT"
 {
     OUT=$W bash dev/cuda/lat_iter.sh build 2>&1
