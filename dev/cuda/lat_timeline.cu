@@ -150,7 +150,7 @@ int main(int argc, char **argv) {
         const double cyc_us = bz[2] > b0[0] ? (double)(bz[3] - b0[2]) / (double)(bz[2] - b0[0]) * 1e3 : 1.9e3;
         printf("\nSM-clock phases of a step, us (linear: 1 residual poll, 2 input poll, 3 norm statistics, 4 normalise + "
                "pack, 5 wait for the first piece, 6 its mma items, 7 its reduction, 8 the other pieces, 9 epilogue; "
-               "attention: 2 cache + q/k/v poll, 3 rope, 4 scores + softmax, 9 append, values, publish; sample: 1 "
+               "attention: 1 cache rows to shared memory (thread 0), 2 q/k/v poll, 3 rope, 4 append, 5 scores + softmax, 6 values + publish (last query of warp 0), 9 the other warps and the end; sample: 1 "
                "Gumbel noise, 2 logit poll, 6 sampler, 9 gather + publish)\n");
         printf("| op | steps | 1 | 2 | 3 | 4 | 5 | 6 | 7 | 8 | 9 | sum |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
         for (auto &lb : order) {

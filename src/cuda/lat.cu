@@ -707,6 +707,7 @@ __device__ __forceinline__ void lt_attend(const lt_step st, int l) {
                 }
             }
         }
+        LT_PH(1);
         const int nrun = Pp * (G + 2); /* q heads of the group per position, then k, then v: SQ, SKN, SVN */
         if (tid < nrun) {
             const int r = tid;
@@ -745,6 +746,7 @@ __device__ __forceinline__ void lt_attend(const lt_step st, int l) {
             op.kc[(size_t)s * op.cstride + (size_t)(p0 + i) * kvw + (size_t)kg * HD + d] = SKN[(size_t)i * HDP + d];
             op.vc[(size_t)s * op.cstride + (size_t)(p0 + i) * kvw + (size_t)kg * HD + d] = SVN[idx];
         }
+        LT_PH(4);
         const float scale = sqrtf((float)HD);
 #pragma unroll 1
         for (int q = warp; q < Pp * G; q += LT_NW) {
@@ -770,7 +772,7 @@ __device__ __forceinline__ void lt_attend(const lt_step st, int l) {
 #pragma unroll 1
             for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
             float w0 = e0 / sum, w1 = e1 / sum;
-            LT_PH(4);
+            LT_PH(5);
             u64 *out = op.out + (size_t)(s * Pp + i) * op.ldo + (size_t)(kg * G + hq) * HD;
 #pragma unroll 1
             for (int d0 = 0; d0 < HD; d0 += 64) {
@@ -787,6 +789,7 @@ __device__ __forceinline__ void lt_attend(const lt_step st, int l) {
                 if (da < HD) lt_st(out + da, oa, E);
                 if (db < HD) lt_st(out + db, ob, E);
             }
+            LT_PH(6);
         }
         lt_bar::sync();
     }
