@@ -68,8 +68,8 @@ $(BUILD)/libdepthdec.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/$(SONAME): $(LIB_OBJ)
-	$(CC) -shared -Wl,-soname,$(SONAME) -o $@ $^ $(LDFLAGS) $(LDLIBS)
+$(BUILD)/$(SONAME): $(LIB_OBJ) src/depthdec.map
+	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=src/depthdec.map -o $@ $(LIB_OBJ) $(LDFLAGS) $(LDLIBS)
 
 $(BUILD)/libdepthdec.so: $(BUILD)/$(SONAME)
 	ln -sf $(SONAME) $@
