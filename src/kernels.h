@@ -14,7 +14,10 @@
 enum { DD_NORM_NONE = 0, DD_NORM_LAYER = 1, DD_NORM_RMS = 2 };
 enum { DD_ACT_NONE = 0, DD_ACT_GELU = 1, DD_ACT_SWIGLU = 2 };
 
-/* linear — y (T, N) = epilogue( prologue(x) (T, K) @ W^T (K, N) )
+/* linear — y (T, N) = epilogue( prologue(x) (T, K) @ W^T (K, N) ), W the rows of up to DD_LINEAR_SEGS weight segments
+ *   concatenated along N (q, k and v as three views in one pass): segment i owns output columns
+ *   [sum_{j<i} rows_j, + rows_i) and brings its own bias and, for SwiGLU, its paired up matrix and bias; all
+ *   segments have K columns.
  *   prologue: norm == DD_NORM_LAYER: n = (x - mean) / sqrt(var + eps) * norm_w + norm_b (norm_b may be NULL)
  *             norm == DD_NORM_RMS:   n = x / sqrt(mean(x^2) + eps) * norm_w
  *             norm == DD_NORM_NONE:  n = x
@@ -27,16 +30,20 @@ enum { DD_ACT_NONE = 0, DD_ACT_GELU = 1, DD_ACT_SWIGLU = 2 };
  * residual may alias y (in-place residual add); x must not alias y. ldx/ldy/ldr/lda are row strides in floats.
  * Shapes: any T in [1, 32] (fast paths may process more rows in chunks of 32), any N >= 1, K >= 1 with
  * K % group == 0 for quantized weights. Accumulation is float32 (or wider). Overwrites y. */
+#define DD_LINEAR_SEGS 3
+typedef struct dd_linear_seg {
+    const dd_weight *w, *w2; /* w2: the paired "up" matrix of DD_ACT_SWIGLU, else NULL */
+    const float *bias, *bias2;
+} dd_linear_seg;
+
 typedef struct dd_linear_args {
     float *y;
     int ldy;
     const float *x;
     int ldx;
     int T;
-    const dd_weight *w;
-    const float *bias;
-    const dd_weight *w2; /* DD_ACT_SWIGLU only */
-    const float *bias2;
+    int nseg; /* 1 .. DD_LINEAR_SEGS */
+    dd_linear_seg seg[DD_LINEAR_SEGS];
     int norm;
     const float *norm_w, *norm_b;
     float eps;

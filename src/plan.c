@@ -36,7 +36,7 @@ static dd_plan_linear *linear(builder *B, dd_plan_rows y, dd_plan_rows x, const 
     o->lin.y = y;
     o->lin.x = x;
     o->lin.nseg = 1;
-    o->lin.seg[0] = (dd_plan_seg){w, NULL, bias, NULL};
+    o->lin.seg[0] = (dd_linear_seg){w, NULL, bias, NULL};
     return &o->lin;
 }
 
@@ -61,8 +61,8 @@ static void layers(builder *B, const dd_model *m, int P, int p0) {
         dd_plan_linear *L = linear(B, all(DD_BUF_QKV, P), all(DD_BUF_X, P), &l->wq, l->bq);
         if (!L) return;
         L->nseg = 3;
-        L->seg[1] = (dd_plan_seg){&l->wk, NULL, l->bk, NULL};
-        L->seg[2] = (dd_plan_seg){&l->wv, NULL, l->bv, NULL};
+        L->seg[1] = (dd_linear_seg){&l->wk, NULL, l->bk, NULL};
+        L->seg[2] = (dd_linear_seg){&l->wv, NULL, l->bv, NULL};
         normed(L, c, l->norm1_w, l->norm1_b);
 
         dd_plan_op *o = push(B, DD_OP_ATTEND);

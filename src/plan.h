@@ -24,6 +24,7 @@
 #ifndef DD_PLAN_H
 #define DD_PLAN_H
 
+#include "kernels.h"
 #include "model.h"
 
 #include <stdint.h>
@@ -76,19 +77,12 @@ typedef enum dd_plan_op_kind {
     DD_OP_ADD_POS     /* x rows (all P of each stream) += pos[p0 + t] */
 } dd_plan_op_kind;
 
-/* One weight segment of a linear: output columns [sum of earlier segments' rows, + w->rows). w2 and bias2: the
- * paired "up" matrix of DD_ACT_SWIGLU. */
-typedef struct dd_plan_seg {
-    const dd_weight *w, *w2;
-    const float *bias, *bias2;
-} dd_plan_seg;
-
 /* y (T, N) = act(norm(x) @ W^T + bias) (+ y when residual) (+ add), the dd_linear_args contract of kernels.h;
  * `add` is one row (a learned position) added to every output row, or NULL. */
 typedef struct dd_plan_linear {
     dd_plan_rows y, x;
     int nseg;
-    dd_plan_seg seg[3];
+    dd_linear_seg seg[DD_LINEAR_SEGS]; /* kernels.h */
     int norm; /* DD_NORM_* */
     const float *norm_w, *norm_b;
     float eps;

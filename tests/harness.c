@@ -337,8 +337,8 @@ dd_linear_args th_linear_args(const th_linear *L, float *y) {
         ldr = L->ldy;
     }
     const int swiglu = c->act == DD_ACT_SWIGLU;
-    return (dd_linear_args){.y = y, .ldy = L->ldy, .x = L->x, .ldx = L->ldx, .T = c->T, .w = &L->w.w,
-                            .bias = L->bias, .w2 = swiglu ? &L->w2.w : NULL, .bias2 = L->bias2, .norm = c->norm,
+    return (dd_linear_args){.y = y, .ldy = L->ldy, .x = L->x, .ldx = L->ldx, .T = c->T, .nseg = 1,
+                            .seg = {{&L->w.w, swiglu ? &L->w2.w : NULL, L->bias, L->bias2}}, .norm = c->norm,
                             .norm_w = L->norm_w, .norm_b = L->norm_b, .eps = L->eps, .act = c->act,
                             .residual = r, .ldr = ldr, .add = L->add, .lda = L->lda};
 }

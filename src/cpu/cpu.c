@@ -160,12 +160,13 @@ static void run_linear(const run_ctx *r, const dd_plan_linear *pl) {
     int Ty, T;
     float *y = rows_at(r, pl->y, &ldy, &Ty);
     const float *x = rows_at(r, pl->x, &ldx, &T);
-    dd_cpu_linear L = {.y = y, .ldy = ldy, .x = x, .ldx = ldx, .T = T, .nseg = pl->nseg, .norm = pl->norm,
-                       .norm_w = pl->norm_w, .norm_b = pl->norm_b, .eps = pl->eps, .act = pl->act,
-                       .residual = pl->residual ? y : NULL, .ldr = pl->residual ? ldy : 0, .add = pl->add,
-                       .lda = 0, .kern = r->st->kern, .scratch = r->st->scratch};
-    for (int k = 0; k < pl->nseg; k++)
-        L.seg[k] = (dd_cpu_seg){pl->seg[k].w, pl->seg[k].w2, pl->seg[k].bias, pl->seg[k].bias2};
+    dd_cpu_linear L = {.a = {.y = y, .ldy = (int)ldy, .x = x, .ldx = (int)ldx, .T = T, .nseg = pl->nseg,
+                             .norm = pl->norm, .norm_w = pl->norm_w, .norm_b = pl->norm_b, .eps = pl->eps,
+                             .act = pl->act, .residual = pl->residual ? y : NULL, .ldr = pl->residual ? (int)ldy : 0,
+                             .add = pl->add, .lda = 0},
+                       .kern = r->st->kern,
+                       .scratch = r->st->scratch};
+    memcpy(L.a.seg, pl->seg, sizeof L.a.seg);
     dd_cpu_linear_run(r->st->pool, &L);
 }
 

@@ -96,36 +96,16 @@ int dd_cpu_default_threads(int requested);
 
 /* ---- drivers (cpu_ops.c) ---------------------------------------------------------------------------------- */
 
-/* One fused linear over up to 3 weight segments whose outputs are concatenated along N (q/k/v as three views in
- * one pass; a single segment is the plain kernels.h contract). Segment i owns output columns
- * [sum_{j<i} n_j, + n_i) and has its own weight (and, for DD_ACT_SWIGLU, its paired up matrix) and biases.
- * Semantics per output column: exactly dd_linear_args (src/kernels.h) with the segment's weights, plus:
+/* One fused linear: the dd_linear_args contract of src/kernels.h (up to 3 weight segments concatenated along N, q/k/v
+ * as three views in one pass) with this backend's kernels and scratch, plus:
  *   T may exceed 32 (rows go through the tiles in chunks of kern.tr, weights stay in cache across chunks);
  *   lda == 0 broadcasts one `add` row to every t (learned positions).
  * The norm prologue normalizes the T rows of x into the calling thread's scratch (scratch[tid], T * K floats,
  * L1/L2-resident), inside the kernel: each thread normalizes for itself, so there is no extra pass, buffer in
  * shared memory or barrier. norm == DD_NORM_NONE reads x in place. */
-typedef struct dd_cpu_seg {
-    const dd_weight *w, *w2;
-    const float *bias, *bias2;
-} dd_cpu_seg;
 
 typedef struct dd_cpu_linear {
-    float *y;
-    size_t ldy;
-    const float *x;
-    size_t ldx;
-    int T;
-    int nseg;
-    dd_cpu_seg seg[3];
-    int norm;
-    const float *norm_w, *norm_b;
-    float eps;
-    int act;
-    const float *residual;
-    size_t ldr;
-    const float *add;
-    size_t lda;
+    dd_linear_args a;
     const dd_cpu_kern *kern;
     float *const *scratch; /* [threads] each >= T * K floats; only read when norm != DD_NORM_NONE */
 } dd_cpu_linear;

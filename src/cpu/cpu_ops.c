@@ -82,7 +82,7 @@ const dd_cpu_kern *dd_cpu_kernels(void) {
 
 /* Epilogue of one tile: columns j0 .. j0+nc-1 of rows t0 .. t0+tc-1 of y, from the gate/plain sums acc and the
  * up sums acc2 (SwiGLU). h = act(a + bias) then y = h (+ residual) (+ add), in that order. */
-static void epilogue(const dd_cpu_linear *L, const dd_cpu_seg *sg, int64_t jl, int64_t jg, int t0, int tc, int nc,
+static void epilogue(const dd_cpu_linear *L, const dd_linear_seg *sg, int64_t jl, int64_t jg, int t0, int tc, int nc,
                      float *acc, float *acc2) {
     const dd_cpu_kern *kn = L->kern;
     /* the tile's rows are acc[t * ACC_LD + r], r < nc: bias per row, then the activation over the whole block in
@@ -92,21 +92,21 @@ static void epilogue(const dd_cpu_linear *L, const dd_cpu_seg *sg, int64_t jl, i
         float *a = acc + t * DD_CPU_ACC_LD, *u = acc2 + t * DD_CPU_ACC_LD;
         if (sg->bias)
             for (int r = 0; r < nc; r++) a[r] += sg->bias[jl + r];
-        if (L->act == DD_ACT_SWIGLU && sg->bias2)
+        if (L->a.act == DD_ACT_SWIGLU && sg->bias2)
             for (int r = 0; r < nc; r++) u[r] += sg->bias2[jl + r];
     }
-    if (L->act == DD_ACT_GELU) kn->gelu(acc, span);
-    else if (L->act == DD_ACT_SWIGLU) kn->swiglu(acc, acc2, span);
+    if (L->a.act == DD_ACT_GELU) kn->gelu(acc, span);
+    else if (L->a.act == DD_ACT_SWIGLU) kn->swiglu(acc, acc2, span);
     for (int t = 0; t < tc; t++) {
         float *a = acc + t * DD_CPU_ACC_LD;
         size_t row = (size_t)(t0 + t);
-        float *y = L->y + row * L->ldy + jg;
-        if (L->residual) {
-            const float *res = L->residual + row * L->ldr + jg;
+        float *y = L->a.y + row * L->a.ldy + jg;
+        if (L->a.residual) {
+            const float *res = L->a.residual + row * L->a.ldr + jg;
             for (int r = 0; r < nc; r++) a[r] += res[r];
         }
-        if (L->add) {
-            const float *ad = L->add + row * L->lda + jg;
+        if (L->a.add) {
+            const float *ad = L->a.add + row * L->a.lda + jg;
             for (int r = 0; r < nc; r++) a[r] += ad[r];
         }
         memcpy(y, a, (size_t)nc * sizeof(float));
@@ -129,18 +129,18 @@ static void linear_rows(const dd_cpu_linear *L, const float *x, size_t ldx, int6
     const dd_cpu_kern *kn = L->kern;
     const int nr = kn->nr, trm = kn->tr;
     int64_t base = 0;
-    for (int s = 0; s < L->nseg && base < j1; s++) {
-        const dd_cpu_seg *sg = &L->seg[s];
+    for (int s = 0; s < L->a.nseg && base < j1; s++) {
+        const dd_linear_seg *sg = &L->a.seg[s];
         int64_t n = sg->w->rows;
         int64_t a = j0 > base ? j0 - base : 0, b = j1 - base < n ? j1 - base : n;
         for (int64_t j = a; j < b; j += nr) {
             int nc = b - j < nr ? (int)(b - j) : nr;
-            for (int t0 = 0; t0 < L->T; t0 += trm) {
-                int tc = L->T - t0 < trm ? L->T - t0 : trm;
+            for (int t0 = 0; t0 < L->a.T; t0 += trm) {
+                int tc = L->a.T - t0 < trm ? L->a.T - t0 : trm;
                 const float *xt = x + (size_t)t0 * ldx;
                 int pf = t0 == 0 && j + (int64_t)nr * (PF_TILES + 1) <= b ? PF_TILES : 0;
                 kn->dot(acc, xt, ldx, tc, sg->w, j, nc, pf);
-                if (L->act == DD_ACT_SWIGLU) kn->dot(acc2, xt, ldx, tc, sg->w2, j, nc, pf);
+                if (L->a.act == DD_ACT_SWIGLU) kn->dot(acc2, xt, ldx, tc, sg->w2, j, nc, pf);
                 epilogue(L, sg, j, base + j, t0, tc, nc, acc, acc2);
             }
         }
@@ -164,15 +164,15 @@ static void linear_job(void *ctx, int tid, int nth) {
     const dd_cpu_linear *L = R->L;
     int c = atomic_fetch_add_explicit(&R->next, 1, memory_order_relaxed);
     if (c >= R->nchunks) return;
-    const float *x = L->x;
-    size_t ldx = L->ldx;
-    const int64_t K = L->seg[0].w->cols;
-    if (L->norm != DD_NORM_NONE) {
+    const float *x = L->a.x;
+    size_t ldx = (size_t)L->a.ldx;
+    const int64_t K = L->a.seg[0].w->cols;
+    if (L->a.norm != DD_NORM_NONE) {
         /* the prologue: this thread's own normalized copy of the T rows (L1/L2-resident) */
         float *s = L->scratch[tid];
-        for (int t = 0; t < L->T; t++)
-            L->kern->norm_row(s + (size_t)t * K, L->x + (size_t)t * L->ldx, (int)K, L->norm, L->norm_w, L->norm_b,
-                              L->eps);
+        for (int t = 0; t < L->a.T; t++)
+            L->kern->norm_row(s + (size_t)t * K, L->a.x + (size_t)t * L->a.ldx, (int)K, L->a.norm, L->a.norm_w, L->a.norm_b,
+                              L->a.eps);
         x = s;
         ldx = (size_t)K;
     }
@@ -186,7 +186,7 @@ static void linear_job(void *ctx, int tid, int nth) {
 void dd_cpu_linear_run(dd_cpu_pool *pool, const dd_cpu_linear *L) {
     const int nr = L->kern->nr, nth = dd_cpu_pool_threads(pool);
     linear_run R = {.L = L};
-    for (int s = 0; s < L->nseg; s++) R.N += L->seg[s].w->rows;
+    for (int s = 0; s < L->a.nseg; s++) R.N += L->a.seg[s].w->rows;
     /* about CHUNKS_PER_THREAD chunks per thread, at least 4 tiles each */
     int64_t tiles = (R.N + nr - 1) / nr, per = (tiles + CHUNKS_PER_THREAD * nth - 1) / (CHUNKS_PER_THREAD * nth);
     if (per < 4) per = 4;
@@ -285,20 +285,19 @@ dd_status dd_cpu_linear_host(const dd_linear_args *a, int isa, int threads, dd_e
     const dd_cpu_kern *k;
     dd_status st = host_kern(isa, &k, err);
     if (st) return st;
-    if (!a || !a->y || !a->x || !a->w || a->T < 1 || (a->act == DD_ACT_SWIGLU && !a->w2))
-        return dd_fail(err, DD_EINVAL, "dd_cpu_linear_host: bad arguments");
+    int ok_args = a && a->y && a->x && a->T >= 1 && a->nseg >= 1 && a->nseg <= DD_LINEAR_SEGS;
+    for (int i = 0; ok_args && i < a->nseg; i++)
+        ok_args = a->seg[i].w && a->seg[i].w->cols == a->seg[0].w->cols && (a->act != DD_ACT_SWIGLU || a->seg[i].w2);
+    if (!ok_args) return dd_fail(err, DD_EINVAL, "dd_cpu_linear_host: bad arguments");
     dd_cpu_pool *pool;
     if ((st = dd_cpu_pool_create(&pool, dd_cpu_default_threads(threads), err))) return st;
     int nth = dd_cpu_pool_threads(pool);
-    size_t per = (size_t)a->T * (size_t)a->w->cols;
+    size_t per = (size_t)a->T * (size_t)a->seg[0].w->cols;
     float **scr = calloc((size_t)nth, sizeof *scr);
     int ok = scr != NULL;
     for (int i = 0; ok && i < nth; i++) ok = (scr[i] = malloc(per * sizeof(float))) != NULL;
     if (ok) {
-        dd_cpu_linear L = {.y = a->y, .ldy = (size_t)a->ldy, .x = a->x, .ldx = (size_t)a->ldx, .T = a->T, .nseg = 1,
-                           .seg = {{a->w, a->w2, a->bias, a->bias2}}, .norm = a->norm, .norm_w = a->norm_w,
-                           .norm_b = a->norm_b, .eps = a->eps, .act = a->act, .residual = a->residual,
-                           .ldr = (size_t)a->ldr, .add = a->add, .lda = (size_t)a->lda, .kern = k, .scratch = scr};
+        dd_cpu_linear L = {.a = *a, .kern = k, .scratch = scr};
         dd_cpu_linear_run(pool, &L);
     }
     for (int i = 0; scr && i < nth; i++) free(scr[i]);

@@ -99,13 +99,17 @@ static dd_status run_one(host_job *j, const cu_op *op, int n, float temp, int to
 
 extern "C" dd_status dd_cuda_linear_host(const dd_linear_args *a, dd_error *err) {
     dd_error_clear(err);
-    if (!a || !a->y || !a->x || !a->w || a->T < 1 || a->w->rows < 1 || a->w->cols < 1)
+    /* one weight segment (the frame kernel fuses q/k/v at upload, not here) */
+    if (!a || !a->y || !a->x || a->nseg != 1 || !a->seg[0].w || a->T < 1 || a->seg[0].w->rows < 1 ||
+        a->seg[0].w->cols < 1)
         return dd_fail(err, DD_EINVAL, "dd_cuda_linear_host: bad arguments");
+    const dd_weight *w = a->seg[0].w, *w2 = a->seg[0].w2;
+    const float *bias = a->seg[0].bias, *bias2 = a->seg[0].bias2;
     if (!dd_cuda_device_present()) return dd_fail(err, DD_EUNSUPPORTED, "backend cuda: no CUDA device is available");
-    if (a->act == DD_ACT_SWIGLU && (!a->w2 || a->w2->rows != a->w->rows))
+    if (a->act == DD_ACT_SWIGLU && (!w2 || w2->rows != w->rows))
         return dd_fail(err, DD_EINVAL, "dd_cuda_linear_host: SwiGLU needs w2 of the same shape");
     if (a->norm != DD_NORM_NONE && !a->norm_w) return dd_fail(err, DD_EINVAL, "dd_cuda_linear_host: norm_w is NULL");
-    const int T = a->T, N = (int)a->w->rows, K = (int)a->w->cols;
+    const int T = a->T, N = (int)w->rows, K = (int)w->cols;
     host_job j;
     memset(&j, 0, sizeof j);
     cu_op op;
@@ -115,15 +119,15 @@ extern "C" dd_status dd_cuda_linear_host(const dd_linear_args *a, dd_error *err)
     L.tmul = 1;
     L.fuse = -1;
     dd_status s;
-    cu_rows rows[2] = {{a->w, 0, N}, {a->w2, 0, N}};
+    cu_rows rows[2] = {{w, 0, N}, {w2, 0, N}};
     s = cu_mat_upload(&L.w, rows, a->act == DD_ACT_SWIGLU ? 2 : 1, a->act == DD_ACT_SWIGLU, &j.allocs, &j.nallocs,
                       err);
     size_t xn = (size_t)(T - 1) * a->ldx + K, yn = (size_t)(T - 1) * a->ldy + N;
     void *d;
     if (!s && !(s = up(&j, &d, a->x, xn * 4, err))) L.x = (const float *)d;
     if (!s && !(s = up(&j, &d, a->y, yn * 4, err))) L.y = (float *)d; /* keeps what the kernel must not write */
-    if (!s && !(s = up(&j, &d, a->bias, (size_t)N * 4, err))) L.bias = (const float *)d;
-    if (!s && a->act == DD_ACT_SWIGLU && !(s = up(&j, &d, a->bias2, (size_t)N * 4, err))) L.bias2 = (const float *)d;
+    if (!s && !(s = up(&j, &d, bias, (size_t)N * 4, err))) L.bias = (const float *)d;
+    if (!s && a->act == DD_ACT_SWIGLU && !(s = up(&j, &d, bias2, (size_t)N * 4, err))) L.bias2 = (const float *)d;
     if (!s && a->norm != DD_NORM_NONE && !(s = up(&j, &d, a->norm_w, (size_t)K * 4, err))) L.norm_w = (const float *)d;
     if (!s && a->norm == DD_NORM_LAYER && !(s = up(&j, &d, a->norm_b, (size_t)K * 4, err)))
         L.norm_b = (const float *)d;
