@@ -54,18 +54,24 @@ typedef struct dd_linear_args {
     int lda;
 } dd_linear_args;
 
-/* attend — append T new positions' K/V to a stream's frame cache and attend causally.
- *   qkv (T, (H + 2 KVH) HD): rows of this call's new positions p0 .. p0+T-1, q heads, then k heads, then v heads
+/* attend — for each of B streams, append its P new positions' K/V to the stream's frame cache and attend causally.
+ *   qkv (B P, (H + 2 KVH) HD), row stride ldq: row s P + t is stream s's position p0 + t; q heads, then k heads,
+ *         then v heads
  *   rope: when inv_freq != NULL, q and k heads are rotated HF "rotate half" style (pairs j, j + HD/2) by angle
  *         p * inv_freq[j] before use (k is stored rotated).
- *   kcache, vcache (Q, KVH HD): positions 0 .. p0-1 already filled; rows p0 .. p0+T-1 are written here.
- *   out (T, H HD): out[t, h] = sum_{j <= p0+t} softmax_j(q[t,h] . k[j,kh] / sqrt HD) v[j,kh],  kh = h / (H/KVH)
+ *   kcache, vcache: stream s's cache at + s ldc, (Q, KVH HD) rows: positions 0 .. p0-1 already filled; rows
+ *         p0 .. p0+P-1 are written here.
+ *   out (B P, H HD), row stride ldo: out[r, h] = sum_{j <= p} softmax_j(q[r,h] . k[j,kh] / sqrt HD) v[j,kh],
+ *         p the row's position, kh = h / (H/KVH)
  * Keys per query: at most 32 (the frame's positions). Overwrites out. */
 typedef struct dd_attend_args {
     float *out;
+    int ldo;
     float *kcache, *vcache;
+    size_t ldc;
     const float *qkv;
-    int T, p0;
+    int ldq;
+    int B, P, p0;
     int H, KVH, HD;
     const double *inv_freq;
 } dd_attend_args;

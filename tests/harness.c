@@ -450,7 +450,8 @@ dd_attend_args th_attend_args(const th_attend *A, float *out, float *kcache, flo
         kcache[i] = i < A->p0 * A->kvw ? A->kc0[i] : NAN;
         vcache[i] = i < A->p0 * A->kvw ? A->vc0[i] : NAN;
     }
-    return (dd_attend_args){.out = out, .kcache = kcache, .vcache = vcache, .qkv = A->qkv, .T = A->T, .p0 = A->p0,
+    return (dd_attend_args){.out = out, .ldo = A->H * A->HD, .kcache = kcache, .vcache = vcache, .ldc = 0,
+                            .qkv = A->qkv, .ldq = (A->H + 2 * A->KVH) * A->HD, .B = 1, .P = A->T, .p0 = A->p0,
                             .H = A->H, .KVH = A->KVH, .HD = A->HD, .inv_freq = A->rope ? A->inv_freq : NULL};
 }
 

@@ -175,11 +175,15 @@ static void run_attend(const run_ctx *r, const dd_plan_attend *pa) {
     const size_t Q = r->m->cfg.levels;
     size_t ldo, ldq;
     int T;
-    dd_cpu_attend A = {.out = rows_at(r, pa->out, &ldo, &T), .ldo = ldo,
-                       .kc = st->kc + (size_t)pa->layer * Q * st->kvw, .vc = st->vc + (size_t)pa->layer * Q * st->kvw,
-                       .ldc = st->ldc, .qkv = rows_at(r, pa->qkv, &ldq, &T), .ldq = ldq, .B = r->io->b, .P = pa->P,
-                       .p0 = pa->p0, .H = pa->H, .KVH = pa->KVH, .HD = pa->HD, .cos = pa->rope ? st->rcos : NULL,
-                       .sin = pa->rope ? st->rsin : NULL, .kern = st->kern};
+    float *out = rows_at(r, pa->out, &ldo, &T);
+    const float *qkv = rows_at(r, pa->qkv, &ldq, &T);
+    dd_cpu_attend A = {.a = {.out = out, .ldo = (int)ldo, .kcache = st->kc + (size_t)pa->layer * Q * st->kvw,
+                             .vcache = st->vc + (size_t)pa->layer * Q * st->kvw, .ldc = st->ldc, .qkv = qkv,
+                             .ldq = (int)ldq, .B = r->io->b, .P = pa->P, .p0 = pa->p0, .H = pa->H, .KVH = pa->KVH,
+                             .HD = pa->HD, .inv_freq = pa->rope ? r->m->rope_inv_freq : NULL},
+                       .cos = pa->rope ? st->rcos : NULL,
+                       .sin = pa->rope ? st->rsin : NULL,
+                       .kern = st->kern};
     dd_cpu_attend_run(st->pool, &A);
 }
 

@@ -112,19 +112,12 @@ typedef struct dd_cpu_linear {
 
 void dd_cpu_linear_run(dd_cpu_pool *pool, const dd_cpu_linear *L);
 
-/* Attention over a batch: B streams, each with P new rows (row s*P + t is stream s's position p0 + t) in qkv
- * (stride ldq) and out (stride ldo); stream s's cache is kc/vc + s * ldc, (Q, KVH * HD) rows. RoPE from the
- * float tables cos/sin [positions][HD/2] when cos != NULL. Work is split over (stream, kv head) units, each of
- * which writes its kv head's new cache rows and then attends the query heads that read them. */
+/* Attention over a batch: the dd_attend_args contract of src/kernels.h, with RoPE from the float tables cos/sin
+ * [positions][HD/2] (dd_cpu_rope_tables of the contract's inv_freq) when cos != NULL. Work is split over (stream,
+ * kv head) units, each of which writes its kv head's new cache rows and then attends the query heads that read
+ * them. */
 typedef struct dd_cpu_attend {
-    float *out;
-    size_t ldo;
-    float *kc, *vc;
-    size_t ldc;
-    const float *qkv;
-    size_t ldq;
-    int B, P, p0;
-    int H, KVH, HD;
+    dd_attend_args a;
     const float *cos, *sin;
     const dd_cpu_kern *kern;
 } dd_cpu_attend;

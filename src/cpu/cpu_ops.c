@@ -233,18 +233,18 @@ static void attend_job(void *ctx, int tid, int nth) {
     (void)nth;
     attend_run *R = ctx;
     const dd_cpu_attend *A = R->A;
-    const int H = A->H, KV = A->KVH, HD = A->HD, grp = H / KV, half = HD / 2;
+    const int H = A->a.H, KV = A->a.KVH, HD = A->a.HD, grp = H / KV, half = HD / 2;
     const size_t kvw = (size_t)KV * HD;
     const float scale = (float)(1.0 / sqrt((double)HD));
-    const int U = A->B * KV;
+    const int U = A->a.B * KV;
     float qr[DD_MAX_HEAD_DIM];
     for (int u = atomic_fetch_add_explicit(&R->next, 1, memory_order_relaxed); u < U;
          u = atomic_fetch_add_explicit(&R->next, 1, memory_order_relaxed)) {
         int s = u / KV, kh = u % KV;
-        float *kc = A->kc + (size_t)s * A->ldc, *vc = A->vc + (size_t)s * A->ldc;
-        for (int t = 0; t < A->P; t++) {
-            const float *row = A->qkv + ((size_t)s * A->P + t) * A->ldq;
-            int p = A->p0 + t;
+        float *kc = A->a.kcache + (size_t)s * A->a.ldc, *vc = A->a.vcache + (size_t)s * A->a.ldc;
+        for (int t = 0; t < A->a.P; t++) {
+            const float *row = A->a.qkv + ((size_t)s * A->a.P + t) * A->a.ldq;
+            int p = A->a.p0 + t;
             float *kd = kc + (size_t)p * kvw + (size_t)kh * HD, *vd = vc + (size_t)p * kvw + (size_t)kh * HD;
             const float *kn = row + (size_t)(H + kh) * HD, *vn = row + (size_t)(H + KV + kh) * HD;
             if (A->cos) rope_head(kd, kn, HD, A->cos + (size_t)p * half, A->sin + (size_t)p * half);
@@ -252,15 +252,15 @@ static void attend_job(void *ctx, int tid, int nth) {
             memcpy(vd, vn, (size_t)HD * sizeof(float));
         }
         for (int h = kh * grp; h < (kh + 1) * grp; h++)
-            for (int t = 0; t < A->P; t++) {
-                size_t r = (size_t)s * A->P + t;
-                int p = A->p0 + t;
-                const float *q = A->qkv + r * A->ldq + (size_t)h * HD;
+            for (int t = 0; t < A->a.P; t++) {
+                size_t r = (size_t)s * A->a.P + t;
+                int p = A->a.p0 + t;
+                const float *q = A->a.qkv + r * A->a.ldq + (size_t)h * HD;
                 if (A->cos) {
                     rope_head(qr, q, HD, A->cos + (size_t)p * half, A->sin + (size_t)p * half);
                     q = qr;
                 }
-                A->kern->attend_row(A->out + r * A->ldo + (size_t)h * HD, q, kc + (size_t)kh * HD,
+                A->kern->attend_row(A->a.out + r * A->a.ldo + (size_t)h * HD, q, kc + (size_t)kh * HD,
                                     vc + (size_t)kh * HD, kvw, p + 1, HD, scale);
             }
     }
@@ -310,11 +310,11 @@ dd_status dd_cpu_attend_host(const dd_attend_args *a, int isa, int threads, dd_e
     const dd_cpu_kern *k;
     dd_status st = host_kern(isa, &k, err);
     if (st) return st;
-    if (!a || !a->out || !a->kcache || !a->vcache || !a->qkv || a->T < 1 || a->p0 < 0 ||
-        a->p0 + a->T > DD_MAX_LEVELS || a->KVH < 1 || a->H % a->KVH || a->HD < 1 || a->HD > DD_MAX_HEAD_DIM ||
-        (a->inv_freq && a->HD % 2))
+    if (!a || !a->out || !a->kcache || !a->vcache || !a->qkv || a->B < 1 || a->P < 1 || a->p0 < 0 ||
+        a->p0 + a->P > DD_MAX_LEVELS || a->KVH < 1 || a->H % a->KVH || a->HD < 1 || a->HD > DD_MAX_HEAD_DIM ||
+        (a->inv_freq && a->HD % 2) || a->ldo < a->H * a->HD || a->ldq < (a->H + 2 * a->KVH) * a->HD)
         return dd_fail(err, DD_EINVAL, "dd_cpu_attend_host: bad arguments");
-    int npos = a->p0 + a->T, half = a->HD / 2;
+    int npos = a->p0 + a->P, half = a->HD / 2;
     float *ct = NULL, *stb = NULL;
     if (a->inv_freq) {
         ct = malloc((size_t)npos * half * sizeof(float) + 1);
@@ -336,9 +336,7 @@ dd_status dd_cpu_attend_host(const dd_attend_args *a, int isa, int threads, dd_e
         free(stb);
         return st;
     }
-    dd_cpu_attend A = {.out = a->out, .ldo = (size_t)a->H * a->HD, .kc = a->kcache, .vc = a->vcache, .ldc = 0,
-                       .qkv = a->qkv, .ldq = (size_t)(a->H + 2 * a->KVH) * a->HD, .B = 1, .P = a->T, .p0 = a->p0,
-                       .H = a->H, .KVH = a->KVH, .HD = a->HD, .cos = ct, .sin = stb, .kern = k};
+    dd_cpu_attend A = {.a = *a, .cos = ct, .sin = stb, .kern = k};
     dd_cpu_attend_run(pool, &A);
     dd_cpu_pool_free(pool);
     free(ct);

@@ -155,11 +155,13 @@ extern "C" dd_status dd_cuda_linear_host(const dd_linear_args *a, dd_error *err)
 
 extern "C" dd_status dd_cuda_attend_host(const dd_attend_args *a, dd_error *err) {
     dd_error_clear(err);
-    if (!a || !a->out || !a->kcache || !a->vcache || !a->qkv || a->T < 1 || a->p0 < 0 || a->H < 1 || a->KVH < 1 ||
-        a->HD < 1 || a->H % a->KVH || a->p0 + a->T > DD_MAX_LEVELS || a->HD > DD_MAX_HEAD_DIM)
+    /* one stream, dense rows (the test hook) */
+    if (!a || !a->out || !a->kcache || !a->vcache || !a->qkv || a->B != 1 || a->P < 1 || a->p0 < 0 || a->H < 1 ||
+        a->KVH < 1 || a->HD < 1 || a->H % a->KVH || a->p0 + a->P > DD_MAX_LEVELS || a->HD > DD_MAX_HEAD_DIM ||
+        a->ldo != a->H * a->HD || a->ldq != (a->H + 2 * a->KVH) * a->HD)
         return dd_fail(err, DD_EINVAL, "dd_cuda_attend_host: bad arguments");
     if (!dd_cuda_device_present()) return dd_fail(err, DD_EUNSUPPORTED, "backend cuda: no CUDA device is available");
-    const int T = a->T, Q = a->p0 + a->T, kvw = a->KVH * a->HD, qw = (a->H + 2 * a->KVH) * a->HD;
+    const int T = a->P, Q = a->p0 + a->P, kvw = a->KVH * a->HD, qw = (a->H + 2 * a->KVH) * a->HD;
     host_job j;
     memset(&j, 0, sizeof j);
     cu_op op;
