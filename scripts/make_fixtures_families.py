@@ -45,11 +45,6 @@ import torch
 import transformers
 from safetensors import safe_open
 from safetensors.torch import save_file
-from transformers import MoshiConfig, MoshiForConditionalGeneration
-from transformers.models.moshi import modeling_moshi
-from transformers.models.moshi.modeling_moshi import MoshiDepthDecoder
-from transformers.models.qwen3_omni_moe import modeling_qwen3_omni_moe as mq
-from transformers.models.qwen3_omni_moe.configuration_qwen3_omni_moe import Qwen3OmniMoeTalkerCodePredictorConfig
 
 N = 6
 GAP_REL = 1e-3   # every greedy step: top1 - top2 > GAP_REL * max|logit|
@@ -60,7 +55,8 @@ MOSHI = dict(Q=8, V=64, TV=40, IN=48, D=32, L=3, H=4, KVH=4, HD=8, F=64, eps=1e-
 QWEN = dict(Q=8, V=64, TVC=72, D=32, L=3, H=4, KVH=2, HD=16, F=64, eps=1e-6, theta=1000000.0)
 torch.set_default_dtype(torch.float32)
 LOG = []
-SECTION = "# ---- section written by scripts/make_fixtures_families.py (replaced on each run; do not edit by hand)"
+SECTION_MARK = "# ---- section written by "
+SECTION = SECTION_MARK + "scripts/make_fixtures_families.py (replaced on each run; do not edit by hand)"
 
 
 def f64(t):
@@ -129,6 +125,7 @@ def _rope64(self, x, position_ids):
 # ----------------------------------------------------------------------------------------------------------------
 # A. Kyutai Moshi depformer (transformers MoshiDepthDecoder)
 def moshi_config():
+    from transformers import MoshiConfig
     m = MOSHI
     mimi = dict(model_type="mimi", hidden_size=32, num_filters=4, num_residual_layers=1, upsampling_ratios=[2, 2],
                 codebook_size=m["V"], codebook_dim=16, num_quantizers=m["Q"], vector_quantization_hidden_dimension=16,
@@ -180,6 +177,9 @@ def moshi_np(w, h, text, codes, p="depth_decoder."):
 
 
 def moshi_fixture(outdir):
+    from transformers import MoshiForConditionalGeneration
+    from transformers.models.moshi import modeling_moshi
+    from transformers.models.moshi.modeling_moshi import MoshiDepthDecoder
     m = MOSHI
     Q, V = m["Q"], m["V"]
     cfg = moshi_config()
@@ -305,6 +305,7 @@ def moshi_generate_check(dd, h, text, gr):
 # ----------------------------------------------------------------------------------------------------------------
 # B. Qwen3-Omni talker code predictor
 def qwen_config():
+    from transformers.models.qwen3_omni_moe.configuration_qwen3_omni_moe import Qwen3OmniMoeTalkerCodePredictorConfig
     q = QWEN
     return Qwen3OmniMoeTalkerCodePredictorConfig(
         vocab_size=q["V"], hidden_size=q["D"], intermediate_size=q["F"], num_hidden_layers=q["L"],
@@ -353,6 +354,7 @@ def qwen_np(w, talker, h, codes):
 
 
 def qwen_fixture(outdir):
+    from transformers.models.qwen3_omni_moe import modeling_qwen3_omni_moe as mq
     q = QWEN
     Q, V = q["Q"], q["V"]
     model = mq.Qwen3OmniMoeTalkerCodePredictorModelForConditionalGeneration
@@ -473,16 +475,19 @@ def qwen_fixture(outdir):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-def manifest(outdir):
+def manifest(outdir, section=SECTION, dims=None, log=None):
+    """Replace this script's section of MANIFEST.txt (other sections and make_fixtures.py's head are kept)."""
+    log = LOG if log is None else log
+    dims = f"N={N}; moshi {MOSHI}; qwen3omni {QWEN}" if dims is None else dims
     vers = (f"python {sys.version.split()[0]}, torch {torch.__version__}, transformers {transformers.__version__}, "
             f"safetensors {safetensors.__version__}, numpy {np.__version__}")
-    lines = [SECTION,
+    lines = [section,
              f"# date (UTC): {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M:%S')}",
              f"# versions: {vers}",
-             f"# dims: N={N}; moshi {MOSHI}; qwen3omni {QWEN}",
+             f"# dims: {dims}",
              "# references: float64 on CPU from the weights as stored (bf16); logits saved as float32",
              "# file | bytes | shape dtype | how"]
-    for fn, desc in LOG:
+    for fn, desc in log:
         path = os.path.join(outdir, fn)
         if fn.endswith(".npy"):
             a = np.load(path)
@@ -495,11 +500,14 @@ def manifest(outdir):
         lines.append(f"{fn} | {os.path.getsize(path)} | {sd} | {desc}")
     mpath = os.path.join(outdir, "MANIFEST.txt")
     old = open(mpath).read() if os.path.exists(mpath) else ""
-    old = old.split(SECTION)[0].rstrip("\n")
+    parts = old.split("\n" + SECTION_MARK)           # [head, section, section, ...]
+    kept = [parts[0].rstrip("\n")] + ["\n" + (SECTION_MARK + p).rstrip("\n") for p in parts[1:]
+                                       if not (SECTION_MARK + p).startswith(section)]
+    head = "\n".join(k for k in kept if k.strip())
     with open(mpath, "w") as f:
-        f.write((old + "\n\n" if old else "") + "\n".join(lines) + "\n")
-    total = sum(os.path.getsize(os.path.join(outdir, fn)) for fn, _ in LOG)
-    print(f"total {total} bytes in {len(LOG)} files; {vers}")
+        f.write((head + "\n\n" if head else "") + "\n".join(lines) + "\n")
+    total = sum(os.path.getsize(os.path.join(outdir, fn)) for fn, _ in log)
+    print(f"total {total} bytes in {len(log)} files; {vers}")
 
 
 def main():
