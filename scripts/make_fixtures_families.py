@@ -51,6 +51,9 @@ GAP_REL = 1e-3   # every greedy step: top1 - top2 > GAP_REL * max|logit|
 TOL = 1e-10      # cross-check: max|diff| / max|logit|
 # Moshi: Q codebooks of V, text vocab TV (+1 row), temporal width IN, depformer width D
 MOSHI = dict(Q=8, V=64, TV=40, IN=48, D=32, L=3, H=4, KVH=4, HD=8, F=64, eps=1e-8)   # F = ffn_dim = fc1 rows
+# Q = 12 > transformers' default sliding_window 8: the whole-frame attention of the original differs from
+# transformers' cached generate from position 8 on (depth decoder saved alone, 2 layers, to stay small)
+MOSHI12 = dict(MOSHI, Q=12, L=2)
 # Qwen3-Omni code predictor: Q code groups of V, talker codec table TVC rows, width D (= talker width)
 QWEN = dict(Q=8, V=64, TVC=72, D=32, L=3, H=4, KVH=2, HD=16, F=64, eps=1e-6, theta=1000000.0)
 torch.set_default_dtype(torch.float32)
@@ -152,10 +155,9 @@ def moshi_std(name, shape):
     return 0.0, 1.0 / math.sqrt(shape[-1])       # input_projections, q/k/v, fc1: fan-in is the last dim
 
 
-def moshi_np(w, h, text, codes, p="depth_decoder."):
+def moshi_np(w, h, text, codes, p="depth_decoder.", m=MOSHI):
     """Independent float64 Moshi depformer, one position at a time with a KV cache (attends to the whole frame so
     far). w: tensors as read from the files. Returns logits [N, S, V] for S = codes.shape[1] + 1 positions."""
-    m = MOSHI
     H, KVH, HD, F2 = m["H"], m["KVH"], m["HD"], m["F"] // 2
     kvh = np.arange(H) // (H // KVH)
     g = lambda n: w[p + n]
@@ -176,12 +178,11 @@ def moshi_np(w, h, text, codes, p="depth_decoder."):
     return np.stack(out, 1)
 
 
-def moshi_fixture(outdir):
+def moshi_full(outdir):
+    """moshi_tiny/ (full model, sharded) and moshi_tiny_depth/ (module alone) -> (files, prefix, ref, alone)."""
     from transformers import MoshiForConditionalGeneration
-    from transformers.models.moshi import modeling_moshi
     from transformers.models.moshi.modeling_moshi import MoshiDepthDecoder
     m = MOSHI
-    Q, V = m["Q"], m["V"]
     cfg = moshi_config()
     torch.manual_seed(0)                      # init of the temporal decoder and codec (not used by references)
     model = MoshiForConditionalGeneration(cfg).eval()
@@ -216,6 +217,42 @@ def moshi_fixture(outdir):
     assert all(np.array_equal(f64(v), rounded[k]) for k, v in dd.state_dict().items()), "reloaded weights differ"
     alone = MoshiDepthDecoder.from_pretrained(d_dd, dtype=torch.float64).eval()
     assert all(np.array_equal(f64(v), rounded[k]) for k, v in alone.state_dict().items()), "module reload differs"
+    return full_files, "depth_decoder.", dd, alone
+
+
+def moshi_alone(outdir, name, m, seed):
+    """A depth decoder saved alone (MoshiDepthDecoder.save_pretrained) -> (files, prefix, ref, None)."""
+    from transformers.models.moshi.configuration_moshi import MoshiDepthConfig
+    from transformers.models.moshi.modeling_moshi import MoshiDepthDecoder
+    cfg = MoshiDepthConfig(vocab_size=m["TV"], input_size=m["IN"], audio_vocab_size=m["V"], num_codebooks=m["Q"],
+                           hidden_size=m["D"], num_hidden_layers=m["L"], num_attention_heads=m["H"],
+                           num_key_value_heads=m["KVH"], head_dim=m["HD"], ffn_dim=m["F"], rms_norm_eps=m["eps"],
+                           max_position_embeddings=m["Q"])
+    model = MoshiDepthDecoder(cfg).eval()
+    rng = np.random.default_rng(seed)
+    with torch.no_grad():
+        for k, prm in model.named_parameters():
+            mean, std = moshi_std(k, prm.shape)
+            prm.copy_(torch.from_numpy(mean + std * rng.standard_normal(tuple(prm.shape))).to(torch.bfloat16))
+    model = model.to(torch.bfloat16)
+    rounded = {k: f64(v) for k, v in model.state_dict().items()}
+    d = os.path.join(outdir, name)
+    model.save_pretrained(d)
+    files = read_dir(d)
+    assert set(files) == set(rounded) and all(np.array_equal(files[k], rounded[k]) for k in files)
+    print(f"[{name}] depth decoder alone: {len(files)} tensors, Q {m['Q']} > sliding_window {cfg.sliding_window}")
+    log_dir(outdir, name, lambda fn: "MoshiDepthDecoder.save_pretrained (module alone), bf16"
+            if fn.endswith(".safetensors") else "written by save_pretrained")
+    ref = MoshiDepthDecoder.from_pretrained(d, dtype=torch.float64, attn_implementation="sdpa").eval()
+    assert all(np.array_equal(f64(v), rounded[k]) for k, v in ref.state_dict().items()), "reloaded weights differ"
+    return files, "", ref, None
+
+
+def moshi_fixture(outdir, name="moshi_tiny", m=MOSHI, seeds=(30, 31)):
+    """Fixture files {name}_*.npy from the full tiny model (default) or, for other dims, a depth decoder alone."""
+    from transformers.models.moshi import modeling_moshi
+    Q, V = m["Q"], m["V"]
+    files, prefix, dd, alone = moshi_full(outdir) if m is MOSHI else moshi_alone(outdir, name, m, seeds[0])
     modeling_moshi.MoshiRMSNorm.forward = _moshi_rms64
 
     def tf(h, text, codes, mod=dd, mask=False):
@@ -236,7 +273,7 @@ def moshi_fixture(outdir):
             c = np.concatenate([c, np.argmax(z, -1)[:, None]], 1)
         return c, np.min(rel_gaps(np.stack(zs, 1)), 1)
 
-    rng = np.random.default_rng(31)
+    rng = np.random.default_rng(seeds[1])
     rows, texts, gaps, tried = [], [], [], 0
     while len(rows) < N:
         cand = rng.standard_normal((16, m["IN"])).astype(np.float32)
@@ -255,27 +292,29 @@ def moshi_fixture(outdir):
     codes[2, 3] = V
     logits = tf(h, text, codes[:, : Q - 1])
     gr, _ = greedy(h, text)
-    npl = moshi_np(full_files, h, text, codes[:, : Q - 1])
+    npl = moshi_np(files, h, text, codes[:, : Q - 1], prefix, m)
     npg = np.zeros((N, 0), np.int64)
     for k in range(Q):
-        npg = np.concatenate([npg, np.argmax(moshi_np(full_files, h, text, npg)[:, -1], -1)[:, None]], 1)
+        npg = np.concatenate([npg, np.argmax(moshi_np(files, h, text, npg, prefix, m)[:, -1], -1)[:, None]], 1)
     res = np.abs(npl - logits).max() / np.abs(logits).max()
-    res_alone = np.abs(tf(h, text, codes[:, : Q - 1], alone) - logits).max() / np.abs(logits).max()
+    res_alone = 0.0 if alone is None else np.abs(tf(h, text, codes[:, : Q - 1], alone) - logits).max() / np.abs(logits).max()
     res_mask = np.abs(tf(h, text, codes[:, : Q - 1], dd, True) - logits).max() / np.abs(logits).max()
     dd.config._attn_implementation = "eager"    # transformers' eager path without a mask: NOT causal
     res_eager = np.abs(tf(h, text, codes[:, : Q - 1]) - logits).max() / np.abs(logits).max()
     res_eager_m = np.abs(tf(h, text, codes[:, : Q - 1], dd, True) - logits).max() / np.abs(logits).max()
     dd.config._attn_implementation = "sdpa"
-    print(f"[moshi_tiny] rows kept {N}/{tried}, smallest greedy gap {min(gaps):.4g}; logit range "
+    print(f"[{name}] rows kept {N}/{tried}, smallest greedy gap {min(gaps):.4g}; logit range "
           f"[{logits.min():.2f}, {logits.max():.2f}] std {logits.std():.2f}")
-    print(f"[moshi_tiny] numpy re-impl vs transformers sdpa (no mask): rel {res:.3g}; greedy equal "
+    print(f"[{name}] numpy re-impl vs transformers sdpa (no mask): rel {res:.3g}; greedy equal "
           f"{np.array_equal(npg, gr)}; module-alone reload {res_alone:.3g}; sdpa + attention_mask=1 {res_mask:.3g}")
-    print(f"[moshi_tiny] transformers EAGER without mask (bidirectional): rel {res_eager:.3g} (differs: not causal);"
+    print(f"[{name}] transformers EAGER without mask (bidirectional): rel {res_eager:.3g} (differs: not causal);"
           f" eager + attention_mask=1 (causal mask built; eager softmax is float32): {res_eager_m:.3g}")
     assert res < TOL and res_alone < TOL and res_mask < TOL and res_eager_m < 1e-6 and np.array_equal(npg, gr)
     assert res_eager > 1e-3
-    gen = moshi_generate_check(dd, h, text, gr)
-    save_npys("moshi_tiny", outdir, {
+    gen = moshi_generate_check(dd, h, text, gr, name)
+    window = dd.config.sliding_window
+    assert gen == (Q <= window), f"transformers' generate should agree exactly when Q <= sliding_window ({window})"
+    save_npys(name, outdir, {
         "hidden": (hid, f"temporal hidden state, N(0,1) f32, resampled for greedy gaps > {GAP_REL:g}*max|logit| "
                    f"(smallest {min(gaps):.3g})"),
         "text": (text.astype(np.int32), f"text token per row in [0,{m['TV']}]; row 0 = {m['TV']} (the extra row)"),
@@ -287,18 +326,19 @@ def moshi_fixture(outdir):
     return dict(res=res, res_eager=res_eager, gen=gen)
 
 
-def moshi_generate_check(dd, h, text, gr):
+def moshi_generate_check(dd, h, text, gr, name):
     """transformers' own MoshiDepthDecoder.generate (greedy, KV cache) vs our greedy codes; informational."""
     try:
         with torch.no_grad():
             out = dd.generate(input_ids=torch.from_numpy(text[:, None]), last_hidden_state=torch.from_numpy(h)[:, None],
-                              max_new_tokens=MOSHI["Q"], min_new_tokens=MOSHI["Q"], do_sample=False)
+                              max_new_tokens=gr.shape[1], min_new_tokens=gr.shape[1], do_sample=False)
         seq = out.numpy()[:, 1:]
         ok = np.array_equal(seq, gr)
-        print(f"[moshi_tiny] MoshiDepthDecoder.generate(do_sample=False): codes equal to the fixture's greedy: {ok}")
+        print(f"[{name}] MoshiDepthDecoder.generate(do_sample=False, its sliding-window cache): codes equal to the "
+              f"fixture's greedy: {ok}; rows that differ: {int((seq != gr).any(1).sum())}/{len(gr)}")
         return ok
     except Exception as e:  # noqa: BLE001 -- informational only
-        print(f"[moshi_tiny] MoshiDepthDecoder.generate not run: {type(e).__name__}: {str(e)[:200]}")
+        print(f"[{name}] MoshiDepthDecoder.generate not run: {type(e).__name__}: {str(e)[:200]}")
         return None
 
 
@@ -478,7 +518,7 @@ def qwen_fixture(outdir):
 def manifest(outdir, section=SECTION, dims=None, log=None):
     """Replace this script's section of MANIFEST.txt (other sections and make_fixtures.py's head are kept)."""
     log = LOG if log is None else log
-    dims = f"N={N}; moshi {MOSHI}; qwen3omni {QWEN}" if dims is None else dims
+    dims = f"N={N}; moshi {MOSHI}; moshi_q12 {MOSHI12}; qwen3omni {QWEN}" if dims is None else dims
     vers = (f"python {sys.version.split()[0]}, torch {torch.__version__}, transformers {transformers.__version__}, "
             f"safetensors {safetensors.__version__}, numpy {np.__version__}")
     lines = [section,
@@ -519,6 +559,7 @@ def main():
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
     moshi_fixture(args.out)
+    moshi_fixture(args.out, "moshi_q12", MOSHI12, (32, 33))
     qwen_fixture(args.out)
     manifest(args.out)
 
