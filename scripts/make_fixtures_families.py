@@ -297,7 +297,8 @@ def moshi_fixture(outdir, name="moshi_tiny", m=MOSHI, seeds=(30, 31)):
     for k in range(Q):
         npg = np.concatenate([npg, np.argmax(moshi_np(files, h, text, npg, prefix, m)[:, -1], -1)[:, None]], 1)
     res = np.abs(npl - logits).max() / np.abs(logits).max()
-    res_alone = 0.0 if alone is None else np.abs(tf(h, text, codes[:, : Q - 1], alone) - logits).max() / np.abs(logits).max()
+    rel = lambda z: np.abs(z - logits).max() / np.abs(logits).max()
+    res_alone = 0.0 if alone is None else rel(tf(h, text, codes[:, : Q - 1], alone))
     res_mask = np.abs(tf(h, text, codes[:, : Q - 1], dd, True) - logits).max() / np.abs(logits).max()
     dd.config._attn_implementation = "eager"    # transformers' eager path without a mask: NOT causal
     res_eager = np.abs(tf(h, text, codes[:, : Q - 1]) - logits).max() / np.abs(logits).max()
@@ -366,20 +367,24 @@ def qwen_std(name, shape):
     return 0.0, 1.0 / math.sqrt(shape[-1])
 
 
-def qwen_np(w, talker, h, codes):
+def qwen_np(w, talker, h, codes, p="", proj=None, q=QWEN):
     """Independent float64 Qwen3 code predictor, incremental with a KV cache. codes [N, S] (c0 .. c(S-1)), S >= 1.
+    w: predictor tensors under prefix p; talker: the talker's codec table (c0's embedding). proj = (W, b): Qwen3-TTS's
+    small_to_mtp_projection, applied to every input row (None for Qwen3-Omni).
     Returns logits [N, S, V] of levels 1..S (level k from position k with lm_head.{k-1})."""
-    q = QWEN
     H, KVH, HD = q["H"], q["KVH"], q["HD"]
     kvh = np.arange(H) // (H // KVH)
     inv = q["theta"] ** (-np.arange(0, HD, 2, dtype=np.float64) / HD)
     rot = lambda t: np.concatenate([-t[..., HD // 2:], t[..., : HD // 2]], -1)
     cache, out = [([], []) for _ in range(q["L"])], []
-    for p in range(codes.shape[1] + 1):
-        x = h if p == 0 else talker[codes[:, 0]] if p == 1 else w[f"model.codec_embedding.{p - 2}.weight"][codes[:, p - 1]]
-        ang = np.concatenate([p * inv, p * inv])             # position p, restarting at 0 every frame
+    for pos in range(codes.shape[1] + 1):
+        x = h if pos == 0 else talker[codes[:, 0]] if pos == 1 else \
+            w[f"{p}model.codec_embedding.{pos - 2}.weight"][codes[:, pos - 1]]
+        if proj is not None:
+            x = x @ proj[0].T + proj[1]
+        ang = np.concatenate([pos * inv, pos * inv])         # position pos, restarting at 0 every frame
         for i, (kc, vc) in enumerate(cache):
-            lw = lambda n: w[f"model.layers.{i}.{n}.weight"]
+            lw = lambda n: w[f"{p}model.layers.{i}.{n}.weight"]
             a = rms(x, lw("input_layernorm"), q["eps"])
             qh = rms((a @ lw("self_attn.q_proj").T).reshape(-1, H, HD), lw("self_attn.q_norm"), q["eps"])
             kh = rms((a @ lw("self_attn.k_proj").T).reshape(-1, KVH, HD), lw("self_attn.k_norm"), q["eps"])
@@ -388,9 +393,69 @@ def qwen_np(w, talker, h, codes):
             x = x + attend(qh, np.stack(kc, 1), np.stack(vc, 1), kvh) @ lw("self_attn.o_proj").T
             a = rms(x, lw("post_attention_layernorm"), q["eps"])
             x = x + (silu(a @ lw("mlp.gate_proj").T) * (a @ lw("mlp.up_proj").T)) @ lw("mlp.down_proj").T
-        if p >= 1:
-            out.append(rms(x, w["model.norm.weight"], q["eps"]) @ w[f"lm_head.{p - 1}.weight"].T)
+        if pos >= 1:
+            out.append(rms(x, w[p + "model.norm.weight"], q["eps"]) @ w[f"{p}lm_head.{pos - 1}.weight"].T)
     return np.stack(out, 1)
+
+
+def predictor_refs(name, outdir, q, seed, tf, np_logits, next_embed, generate):
+    """Fixture files of a Qwen-style code predictor (Qwen3-Omni, Qwen3-TTS). tf(h, codes [N, S]) -> reference logits of
+    levels 1..S; np_logits: the same from the numpy re-implementation; next_embed(codes [N, Q]) -> the talker's next
+    input embedding (numpy, from the files); generate(h, c0) -> (codes 1..Q-1, next embedding) by the reference's own
+    generate. Rows (talker hidden state, c0) are drawn until every greedy step has a clear top-1."""
+    Q, V = q["Q"], q["V"]
+
+    def greedy(h, c0):
+        c, zs = c0[:, None].astype(np.int64), []
+        for k in range(1, Q):
+            z = tf(h, c)[:, -1]
+            zs.append(z)
+            c = np.concatenate([c, np.argmax(z, -1)[:, None]], 1)
+        return c, np.min(rel_gaps(np.stack(zs, 1)), 1)
+
+    rng = np.random.default_rng(seed)
+    rows, c0s, gaps, tried = [], [], [], 0
+    while len(rows) < N:
+        cand = rng.standard_normal((16, q.get("TD", q["D"]))).astype(np.float32)
+        cc0 = rng.integers(0, V, 16)
+        cc0[:2] = [0, V - 1] if not rows else cc0[:2]    # edge ids for c0 in the first rows kept, if they pass
+        tried += 16
+        _, g = greedy(cand.astype(np.float64), cc0)
+        for r, c, gr in zip(cand, cc0, g):
+            if gr > GAP_REL and len(rows) < N:
+                rows.append(r), c0s.append(c), gaps.append(gr)
+    hid, c0 = np.stack(rows), np.array(c0s, np.int64)
+    h = hid.astype(np.float64)
+    codes = rng.integers(0, V, (N, Q))
+    codes[:, 0] = c0
+    logits = tf(h, codes[:, : Q - 1])
+    gr, _ = greedy(h, c0)
+    npl = np_logits(h, codes[:, : Q - 1])
+    npg = c0[:, None]
+    for k in range(1, Q):
+        npg = np.concatenate([npg, np.argmax(np_logits(h, npg)[:, -1], -1)[:, None]], 1)
+    res = np.abs(npl - logits).max() / np.abs(logits).max()
+    nxt = next_embed(gr)
+    seq, tnext = generate(h, c0)
+    gen_ok = np.array_equal(seq, gr[:, 1:])
+    res_next = np.abs(tnext - nxt).max() / np.abs(nxt).max()
+    print(f"[{name}] rows kept {N}/{tried}, smallest greedy gap {min(gaps):.4g}; logit range "
+          f"[{logits.min():.2f}, {logits.max():.2f}] std {logits.std():.2f}; c0 {c0.tolist()}")
+    print(f"[{name}] numpy re-impl vs the reference: rel {res:.3g}; greedy equal {np.array_equal(npg, gr)}; "
+          f"its generate (cache) codes equal {gen_ok}; next embedding vs the talker's sum: rel {res_next:.3g}")
+    assert res < TOL and np.array_equal(npg, gr) and gen_ok and res_next < TOL
+    save_npys(name, outdir, {
+        "hidden": (hid, f"talker hidden state (position 0, talker width), N(0,1) f32, resampled for greedy gaps > "
+                   f"{GAP_REL:g}*max|logit| (smallest {min(gaps):.3g})"),
+        "codes": (codes.astype(np.int32), "column 0 = c0 (given by the talker), columns 1..Q-1 random teacher codes "
+                  "(column Q-1 never an input)"),
+        "logits": (logits.astype(np.float32), "teacher-forced logits of levels 1..Q-1 (level k from position k with "
+                   "lm_head.{k-1}), float64 reference cast to f32"),
+        "greedy": (gr.astype(np.int32), "greedy codes given c0 (column 0 = c0), lowest index on ties"),
+        "next_embed": (nxt.astype(np.float32), "talker's next input embedding for the greedy codes (talker width, "
+                       "unprojected): talker_codec[c0] + sum_k codec_embedding.{k-1}[c_k], k=1..Q-1 (float64, cast "
+                       "to f32)")})
+    return res
 
 
 def qwen_fixture(outdir):
@@ -447,70 +512,27 @@ def qwen_fixture(outdir):
 
     hp = np.random.default_rng(45).standard_normal((N, q["D"]))
     cpre = np.random.default_rng(46).integers(0, V, (N, Q - 1))
-    r_un = np.abs(tf(hp, cpre) - qwen_np(files, talker, hp, cpre)).max() / np.abs(qwen_np(files, talker, hp, cpre)).max()
+    npp = qwen_np(files, talker, hp, cpre)
+    r_un = np.abs(tf(hp, cpre) - npp).max() / np.abs(npp).max()
     print(f"[qwen3omni_tiny] unpatched transformers (float32 RMSNorm/RoPE internals) vs numpy: rel {r_un:.3g}")
     mq.Qwen3OmniMoeRMSNorm.forward = _qwen_rms64
     mq.Qwen3OmniMoeRotaryEmbedding.forward = _rope64
     rot.inv_freq = rot.original_inv_freq = torch.from_numpy(inv64)
 
-    def greedy(h, c0):
-        c, zs = c0[:, None].astype(np.int64), []
-        for k in range(1, Q):
-            z = tf(h, c)[:, -1]
-            zs.append(z)
-            c = np.concatenate([c, np.argmax(z, -1)[:, None]], 1)
-        return c, np.min(rel_gaps(np.stack(zs, 1)), 1)
+    def generate(h, c0):
+        """transformers' own generate (KV cache, greedy) and the talker's next-embedding sum as its
+        prepare_inputs_for_generation builds it from generate's per-step input embeddings."""
+        with torch.no_grad():
+            g = ref.generate(inputs_embeds=torch.stack([torch.from_numpy(h), tb[torch.from_numpy(c0)]], 1),
+                             max_new_tokens=Q - 1, do_sample=False, output_hidden_states=True,
+                             return_dict_in_generate=True)
+            mid = [hid_[0] for hid_ in g.hidden_states[1:]]
+            last = ref.get_input_embeddings()[-1](g.sequences[..., -1:])
+            return g.sequences.numpy(), torch.cat([tb[torch.from_numpy(c0)][:, None]] + mid + [last], 1).sum(1).numpy()
 
-    rng = np.random.default_rng(41)
-    rows, c0s, gaps, tried = [], [], [], 0
-    while len(rows) < N:
-        cand = rng.standard_normal((16, q["D"])).astype(np.float32)
-        cc0 = rng.integers(0, V, 16)
-        cc0[:2] = [0, V - 1] if not rows else cc0[:2]    # edge ids for c0 in the first rows kept, if they pass
-        tried += 16
-        _, g = greedy(cand.astype(np.float64), cc0)
-        for r, c, gr in zip(cand, cc0, g):
-            if gr > GAP_REL and len(rows) < N:
-                rows.append(r), c0s.append(c), gaps.append(gr)
-    hid, c0 = np.stack(rows), np.array(c0s, np.int64)
-    h = hid.astype(np.float64)
-    codes = rng.integers(0, V, (N, Q))
-    codes[:, 0] = c0
-    logits = tf(h, codes[:, : Q - 1])
-    gr, _ = greedy(h, c0)
-    npl = qwen_np(files, talker, h, codes[:, : Q - 1])
-    npg = c0[:, None]
-    for k in range(1, Q):
-        npg = np.concatenate([npg, np.argmax(qwen_np(files, talker, h, npg)[:, -1], -1)[:, None]], 1)
-    res = np.abs(npl - logits).max() / np.abs(logits).max()
-    nxt = talker[gr[:, 0]] + sum(files[f"model.codec_embedding.{k - 1}.weight"][gr[:, k]] for k in range(1, Q))
-    # transformers' own generate (KV cache, greedy) and the talker's embedding sum as its prepare_inputs builds it
-    with torch.no_grad():
-        g = ref.generate(inputs_embeds=torch.stack([torch.from_numpy(h), tb[torch.from_numpy(c0)]], 1),
-                         max_new_tokens=Q - 1, do_sample=False, output_hidden_states=True,
-                         return_dict_in_generate=True)
-        seq = g.sequences.numpy()
-        mid = [hid_[0] for hid_ in g.hidden_states[1:]]
-        last = ref.get_input_embeddings()[-1](g.sequences[..., -1:])
-        tnext = torch.cat([tb[torch.from_numpy(c0)][:, None]] + mid + [last], 1).sum(1).numpy()
-    gen_ok = np.array_equal(seq, gr[:, 1:])
-    res_next = np.abs(tnext - nxt).max() / np.abs(nxt).max()
-    print(f"[qwen3omni_tiny] rows kept {N}/{tried}, smallest greedy gap {min(gaps):.4g}; logit range "
-          f"[{logits.min():.2f}, {logits.max():.2f}] std {logits.std():.2f}; c0 {c0.tolist()}")
-    print(f"[qwen3omni_tiny] numpy re-impl vs transformers: rel {res:.3g}; greedy equal {np.array_equal(npg, gr)}; "
-          f"transformers generate (cache) codes equal {gen_ok}; next-embedding vs generate's hidden_states sum: "
-          f"rel {res_next:.3g}")
-    assert res < TOL and np.array_equal(npg, gr) and gen_ok and res_next < TOL
-    save_npys("qwen3omni_tiny", outdir, {
-        "hidden": (hid, f"talker hidden state (position 0), N(0,1) f32, resampled for greedy gaps > {GAP_REL:g}"
-                   f"*max|logit| (smallest {min(gaps):.3g})"),
-        "codes": (codes.astype(np.int32), "column 0 = c0 (given by the talker), columns 1..Q-1 random teacher codes "
-                  "(column Q-1 never an input)"),
-        "logits": (logits.astype(np.float32), "teacher-forced logits of levels 1..Q-1 (level k from position k with "
-                   "lm_head.{k-1}), float64 reference cast to f32"),
-        "greedy": (gr.astype(np.int32), "greedy codes given c0 (column 0 = c0), lowest index on ties"),
-        "next_embed": (nxt.astype(np.float32), "talker's next input embedding for the greedy codes: "
-                       "talker_codec[c0] + sum_k codec_embedding.{k-1}[c_k], k=1..Q-1 (float64, cast to f32)")})
+    res = predictor_refs("qwen3omni_tiny", outdir, q, 41, tf, lambda h, c: qwen_np(files, talker, h, c),
+                         lambda c: talker[c[:, 0]] + sum(files[f"model.codec_embedding.{k - 1}.weight"][c[:, k]]
+                                                         for k in range(1, Q)), generate)
     return dict(res=res, r_un=r_un)
 
 

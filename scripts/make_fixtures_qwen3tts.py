@@ -37,7 +37,7 @@ import transformers.processing_utils  # noqa: F401
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_fixtures_families as fam  # noqa: E402  (shared helpers; its family imports are lazy)
-from make_fixtures_families import GAP_REL, N, TOL, attend, f64, rel_gaps, rms, silu  # noqa: E402
+from make_fixtures_families import N, f64  # noqa: E402
 
 for _n in ("librosa", "librosa.filters", "soundfile", "torchaudio", "torchaudio.compliance",
            "torchaudio.compliance.kaldi", "sox", "onnxruntime", "gradio"):
@@ -87,33 +87,10 @@ def tts_std(name, shape):
 
 
 def tts_np(w, h, codes, p="talker.code_predictor."):
-    """Independent float64 Qwen3-TTS code predictor (incremental, KV cache): as Qwen3-Omni's, plus
-    small_to_mtp_projection (x W^T + b) on every input row; tables are talker-wide. codes [N, S] (c0..c(S-1)).
-    Returns logits [N, S, V] of levels 1..S."""
-    t = TTS
-    H, KVH, HD = t["H"], t["KVH"], t["HD"]
-    kvh = np.arange(H) // (H // KVH)
-    inv = t["theta"] ** (-np.arange(0, HD, 2, dtype=np.float64) / HD)
-    rot = lambda x: np.concatenate([-x[..., HD // 2:], x[..., : HD // 2]], -1)
-    cache, out = [([], []) for _ in range(t["L"])], []
-    for pos in range(codes.shape[1] + 1):
-        e = h if pos == 0 else w["talker.model.codec_embedding.weight"][codes[:, 0]] if pos == 1 else \
-            w[f"{p}model.codec_embedding.{pos - 2}.weight"][codes[:, pos - 1]]
-        x = e @ w[p + "small_to_mtp_projection.weight"].T + w[p + "small_to_mtp_projection.bias"]
-        ang = np.concatenate([pos * inv, pos * inv])
-        for i, (kc, vc) in enumerate(cache):
-            lw = lambda n: w[f"{p}model.layers.{i}.{n}.weight"]
-            a = rms(x, lw("input_layernorm"), t["eps"])
-            qh = rms((a @ lw("self_attn.q_proj").T).reshape(-1, H, HD), lw("self_attn.q_norm"), t["eps"])
-            kh = rms((a @ lw("self_attn.k_proj").T).reshape(-1, KVH, HD), lw("self_attn.k_norm"), t["eps"])
-            qh, kh = qh * np.cos(ang) + rot(qh) * np.sin(ang), kh * np.cos(ang) + rot(kh) * np.sin(ang)
-            kc.append(kh), vc.append((a @ lw("self_attn.v_proj").T).reshape(-1, KVH, HD))
-            x = x + attend(qh, np.stack(kc, 1), np.stack(vc, 1), kvh) @ lw("self_attn.o_proj").T
-            a = rms(x, lw("post_attention_layernorm"), t["eps"])
-            x = x + (silu(a @ lw("mlp.gate_proj").T) * (a @ lw("mlp.up_proj").T)) @ lw("mlp.down_proj").T
-        if pos >= 1:
-            out.append(rms(x, w[p + "model.norm.weight"], t["eps"]) @ w[f"{p}lm_head.{pos - 1}.weight"].T)
-    return np.stack(out, 1)
+    """Independent float64 Qwen3-TTS code predictor: the Qwen3-Omni one of make_fixtures_families.py with the
+    talker-wide tables and small_to_mtp_projection (x W^T + b) on every input row."""
+    return fam.qwen_np(w, w["talker.model.codec_embedding.weight"], h, codes, p,
+                       (w[p + "small_to_mtp_projection.weight"], w[p + "small_to_mtp_projection.bias"]), TTS)
 
 
 def tts_fixture(outdir):
@@ -174,65 +151,22 @@ def tts_fixture(outdir):
     rot = cp.model.rotary_emb
     rot.inv_freq = rot.original_inv_freq = torch.from_numpy(t["theta"] ** (-np.arange(0, t["HD"], 2) / t["HD"]))
 
-    def greedy(h, c0):
-        c, zs = c0[:, None].astype(np.int64), []
-        for k in range(1, Q):
-            z = tf(h, c)[:, -1]
-            zs.append(z)
-            c = np.concatenate([c, np.argmax(z, -1)[:, None]], 1)
-        return c, np.min(rel_gaps(np.stack(zs, 1)), 1)
+    def generate(h, c0):
+        """the package's own generate (KV cache, greedy) and the talker's next embedding exactly as
+        Qwen3TTSTalkerForConditionalGeneration.forward builds it (codec_hiddens summed)."""
+        with torch.no_grad():
+            last_id_hidden = tb[torch.from_numpy(c0)][:, None]
+            g = cp.generate(inputs_embeds=torch.cat([torch.from_numpy(h)[:, None], last_id_hidden], 1),
+                            max_new_tokens=Q - 1, do_sample=False, output_hidden_states=True,
+                            return_dict_in_generate=True)
+            seq = g.sequences
+            return seq.numpy(), torch.cat([last_id_hidden] + [cp.get_input_embeddings()[i](seq[..., i:i + 1])
+                                                              for i in range(Q - 1)], 1).sum(1).numpy()
 
-    rng = np.random.default_rng(51)
-    rows, c0s, gaps, tried = [], [], [], 0
-    while len(rows) < N:
-        cand = rng.standard_normal((16, t["TD"])).astype(np.float32)
-        cc0 = rng.integers(0, V, 16)
-        if not rows:
-            cc0[:2] = [0, V - 1]
-        tried += 16
-        _, g = greedy(cand.astype(np.float64), cc0)
-        for r, c, gr in zip(cand, cc0, g):
-            if gr > GAP_REL and len(rows) < N:
-                rows.append(r), c0s.append(c), gaps.append(gr)
-    hid, c0 = np.stack(rows), np.array(c0s, np.int64)
-    h = hid.astype(np.float64)
-    codes = rng.integers(0, V, (N, Q))
-    codes[:, 0] = c0
-    logits = tf(h, codes[:, : Q - 1])
-    gr, _ = greedy(h, c0)
-    npl = tts_np(files, h, codes[:, : Q - 1])
-    npg = c0[:, None]
-    for k in range(1, Q):
-        npg = np.concatenate([npg, np.argmax(tts_np(files, h, npg)[:, -1], -1)[:, None]], 1)
-    res = np.abs(npl - logits).max() / np.abs(logits).max()
-    tab = files["talker.model.codec_embedding.weight"]
-    nxt = tab[gr[:, 0]] + sum(files[f"talker.code_predictor.model.codec_embedding.{k - 1}.weight"][gr[:, k]]
-                              for k in range(1, Q))
-    # the package's own generate (KV cache, greedy) and the talker's next embedding exactly as its forward builds it
-    with torch.no_grad():
-        last_id_hidden = tb[torch.from_numpy(c0)][:, None]
-        g = cp.generate(inputs_embeds=torch.cat([torch.from_numpy(h)[:, None], last_id_hidden], 1),
-                        max_new_tokens=Q - 1, do_sample=False, output_hidden_states=True, return_dict_in_generate=True)
-        seq = g.sequences
-        tnext = torch.cat([last_id_hidden] + [cp.get_input_embeddings()[i](seq[..., i:i + 1]) for i in range(Q - 1)],
-                          1).sum(1).numpy()
-    gen_ok = np.array_equal(seq.numpy(), gr[:, 1:])
-    res_next = np.abs(tnext - nxt).max() / np.abs(nxt).max()
-    print(f"[qwen3tts_tiny] rows kept {N}/{tried}, smallest greedy gap {min(gaps):.4g}; logit range "
-          f"[{logits.min():.2f}, {logits.max():.2f}] std {logits.std():.2f}; c0 {c0.tolist()}")
-    print(f"[qwen3tts_tiny] numpy re-impl vs qwen-tts: rel {res:.3g}; greedy equal {np.array_equal(npg, gr)}; "
-          f"generate (cache) codes equal {gen_ok}; next embedding vs the talker's codec_hiddens sum: rel {res_next:.3g}")
-    assert res < TOL and np.array_equal(npg, gr) and gen_ok and res_next < TOL
-    fam.save_npys("qwen3tts_tiny", outdir, {
-        "hidden": (hid, f"talker hidden state (position 0, talker width), N(0,1) f32, resampled for greedy gaps > "
-                   f"{GAP_REL:g}*max|logit| (smallest {min(gaps):.3g})"),
-        "codes": (codes.astype(np.int32), "column 0 = c0 (given by the talker), columns 1..Q-1 random teacher codes "
-                  "(column Q-1 never an input)"),
-        "logits": (logits.astype(np.float32), "teacher-forced logits of levels 1..Q-1 (level k from position k with "
-                   "lm_head.{k-1}), float64 reference cast to f32"),
-        "greedy": (gr.astype(np.int32), "greedy codes given c0 (column 0 = c0), lowest index on ties"),
-        "next_embed": (nxt.astype(np.float32), "talker's next input embedding for the greedy codes (talker width, "
-                       "unprojected): talker_codec[c0] + sum_k codec_embedding.{k-1}[c_k], k=1..Q-1")})
+    tab, p = files["talker.model.codec_embedding.weight"], "talker.code_predictor."
+    fam.predictor_refs("qwen3tts_tiny", outdir, t, 51, tf, lambda h, c: tts_np(files, h, c),
+                       lambda c: tab[c[:, 0]] + sum(files[f"{p}model.codec_embedding.{k - 1}.weight"][c[:, k]]
+                                                    for k in range(1, Q)), generate)
 
 
 def main():
