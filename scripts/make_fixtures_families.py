@@ -398,6 +398,19 @@ def qwen_np(w, talker, h, codes, p="", proj=None, q=QWEN):
     return np.stack(out, 1)
 
 
+def predictor_tf(cp, talker, h, codes):
+    """Reference logits [N, S, V] of levels 1..S given codes c0..c(S-1), for a Qwen-style code predictor module cp
+    (Qwen3-Omni's, or Qwen3-TTS's, which projects every row itself): one forward per level on the prefix
+    [h, talker[c0], codec_embedding.0[c1], ..] (the prefill path applies lm_head[len-2] to every row; take the last)."""
+    emb = lambda p, c: talker[c] if p == 1 else cp.model.codec_embedding[p - 2].weight[c]
+    x = [torch.from_numpy(h)] + [emb(p, torch.from_numpy(codes[:, p - 1])) for p in range(1, codes.shape[1] + 1)]
+    out = []
+    with torch.no_grad():
+        for s in range(2, len(x) + 1):
+            out.append(cp(inputs_embeds=torch.stack(x[:s], 1), use_cache=False).logits[:, -1].numpy())
+    return np.stack(out, 1)
+
+
 def predictor_refs(name, outdir, q, seed, tf, np_logits, next_embed, generate):
     """Fixture files of a Qwen-style code predictor (Qwen3-Omni, Qwen3-TTS). tf(h, codes [N, S]) -> reference logits of
     levels 1..S; np_logits: the same from the numpy re-implementation; next_embed(codes [N, Q]) -> the talker's next
@@ -498,17 +511,7 @@ def qwen_fixture(outdir):
 
     # unpatched (float32 RMSNorm / RoPE internals) residual, shown once, then patch to float64
     tb = torch.from_numpy(talker)
-    emb = lambda p, c: tb[c] if p == 1 else ref.model.codec_embedding[p - 2].weight[c]
-
-    def tf(h, codes):
-        """logits [N, S, V] of levels 1..S given codes c0..c(S-1): one transformers forward per level on the
-        prefix [h, talker[c0], codec_embedding.0[c1], ..] (prefill path: lm_head[len-2] applied; take the last)."""
-        x = [torch.from_numpy(h)] + [emb(p, torch.from_numpy(codes[:, p - 1])) for p in range(1, codes.shape[1] + 1)]
-        out = []
-        with torch.no_grad():
-            for s in range(2, len(x) + 1):
-                out.append(ref(inputs_embeds=torch.stack(x[:s], 1), use_cache=False).logits[:, -1].numpy())
-        return np.stack(out, 1)
+    tf = lambda h, codes: predictor_tf(ref, tb, h, codes)
 
     hp = np.random.default_rng(45).standard_normal((N, q["D"]))
     cpre = np.random.default_rng(46).integers(0, V, (N, Q - 1))

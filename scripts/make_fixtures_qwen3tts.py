@@ -129,17 +129,7 @@ def tts_fixture(outdir):
     cp = ref.talker.code_predictor
     tb = ref.talker.model.codec_embedding.weight
     assert isinstance(cp.small_to_mtp_projection, torch.nn.Linear)
-    emb = lambda p, c: tb[c] if p == 1 else cp.model.codec_embedding[p - 2].weight[c]
-
-    def tf(h, codes):
-        """logits [N, S, V] of levels 1..S: one forward per level on the talker-wide prefix [h, talker[c0],
-        codec_embedding.0[c1], ..]; the predictor projects every row (small_to_mtp_projection) itself."""
-        x = [torch.from_numpy(h)] + [emb(p, torch.from_numpy(codes[:, p - 1])) for p in range(1, codes.shape[1] + 1)]
-        out = []
-        with torch.no_grad():
-            for s in range(2, len(x) + 1):
-                out.append(cp(inputs_embeds=torch.stack(x[:s], 1), use_cache=False).logits[:, -1].numpy())
-        return np.stack(out, 1)
+    tf = lambda h, codes: fam.predictor_tf(cp, tb, h, codes)     # talker-wide rows, projected inside cp
 
     hp = np.random.default_rng(55).standard_normal((N, t["TD"]))
     cpre = np.random.default_rng(56).integers(0, V, (N, Q - 1))
