@@ -49,8 +49,11 @@ endif
 $(BUILD)/obj/cpu/cpu_kern_avx2.o: override CFLAGS += -mavx2 -mfma -mf16c
 $(BUILD)/obj/cpu/cpu_kern_avx512.o: override CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
 
+# examples/: programs over the public API only (header + library), built by `make` and run by tests/test_examples.c
+EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
+
 .PHONY: all lib test clean install
-all: lib $(BUILD)/depthdec $(TESTS)
+all: lib $(BUILD)/depthdec $(TESTS) $(EXAMPLES)
 lib: $(BUILD)/libdepthdec.a $(BUILD)/libdepthdec.so $(BUILD)/depthdec.pc
 
 # Library objects are compiled with hidden visibility: libdepthdec.so exports only the functions that
@@ -99,6 +102,10 @@ $(BUILD)/tools/%.o: tools/%.c tools/npy.h $(LIB_HDR) include/depthdec.h
 
 $(BUILD)/depthdec: tools/depthdec.c $(NPY_OBJ) $(BUILD)/libdepthdec.a
 	$(CC) $(CFLAGS) -o $@ $< $(NPY_OBJ) $(BUILD)/libdepthdec.a $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/examples/%: examples/%.c include/depthdec.h $(BUILD)/libdepthdec.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libdepthdec.a $(LDFLAGS) $(LDLIBS)
 
 $(BUILD)/tobj/%.o: tests/%.c $(wildcard tests/*.h) $(LIB_HDR) include/depthdec.h
 	@mkdir -p $(dir $@)

@@ -92,9 +92,38 @@ typedef struct dd_config {
 DD_API dd_status dd_model_load(dd_model **out, const char *path, dd_error *err);
 
 /* Build one of the embedded synthetic models in memory: kind "gpt" (the seed's dims), "csm" (CSM-1B depth dims)
- * or "tiny" (a small GPT-style model for tests). Weights are deterministic functions of `seed`, scaled so that
+ * or "tiny-gpt" / "tiny-llama" (small models for tests). Weights are deterministic functions of `seed`, scaled so that
  * activations stay O(1), stored as `weights` (q8/q4 with group 64). Free with dd_model_free. */
 DD_API dd_status dd_model_synthetic(dd_model **out, const char *kind, dd_dtype weights, uint64_t seed, dd_error *err);
+
+/* One named tensor in memory, for dd_model_from_tensors: `ndim` dims (0..8) of `shape`, elements of `dtype`
+ * (DD_F32, DD_F16 or DD_BF16) stored contiguously in row-major (C) order at `data`, which may be misaligned and
+ * may be NULL only when the tensor has no element. A PyTorch tensor's `.contiguous()` storage or a NumPy
+ * C-contiguous array is this layout. */
+#define DD_TENSOR_MAX_DIMS 8
+typedef struct dd_tensor_view {
+    const char *name; /* e.g. "depth_decoder.model.layers.0.self_attn.q_proj.weight"; < 256 bytes */
+    dd_dtype dtype;
+    int ndim;
+    int64_t shape[DD_TENSOR_MAX_DIMS];
+    const void *data;
+} dd_tensor_view;
+
+/* Build a model from named tensors in memory, with no file: what dd_model_load does with a directory or file once
+ * it has read it. `config_json` is the text of the config: an HF CSM config.json (`"model_type": "csm"`; the
+ * tensors then carry the HF CSM names and layouts dd_model_load accepts in a directory, e.g. `lm_head.weight`,
+ * `depth_decoder.codebooks_head.weight [Q-1, D, V]`, `depth_decoder.model.layers.{i}.mlp.up_proj.weight`; an
+ * `nn.Module`'s `state_dict()` of a transformers `CsmForConditionalGeneration` is such a list) or a native
+ * config (`"format": "depthdec"`, native names; dense weights only: MLX-quantized tensors need U32, which
+ * dd_tensor_view does not carry). Tensors the model does not use (an HF CSM backbone, codec, text embeddings)
+ * may be given and are ignored without being read. The values the model uses are copied: the caller's buffers
+ * may be freed or changed as soon as the call returns. Errors (DD_EINVAL: NULL arguments, a duplicate or empty
+ * name, a dtype other than f32/f16/bf16, a negative dim; DD_EFORMAT: the config is not JSON; DD_EMODEL: a missing
+ * tensor, a wrong shape, a bad config) name the tensor: "tensors: tensor 'lm_head.weight': shape [3, 4], expected
+ * [64, 96]". The whole model is built or nothing is (*out stays NULL). Free with dd_model_free;
+ * dd_model_source is "tensors". Thread-safe. */
+DD_API dd_status dd_model_from_tensors(dd_model **out, const char *config_json, const dd_tensor_view *tensors,
+                                       size_t n, dd_error *err);
 
 /* NULL is a no-op. The model must outlive every decoder created on it. */
 DD_API void dd_model_free(dd_model *m);

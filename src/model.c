@@ -1,5 +1,7 @@
-/* Model loading: native .safetensors (config in __metadata__ or a sidecar config.json) and HF CSM directories
- * (config.json + model.safetensors or a sharded index). Every tensor the engine uses is found by name, checked
+/* Model loading: native .safetensors (config in __metadata__ or a sidecar config.json), HF CSM directories
+ * (config.json + model.safetensors or a sharded index) and named tensors in memory (dd_model_from_tensors: the
+ * caller's tensors become the same name-sorted table a mapped file gives, and go through the same name map,
+ * dd_model_load_from_maps). Every tensor the engine uses is found by name, checked
  * for dtype and exact shape, and wrapped in a dd_weight view into the mapping; small vectors (norms, biases,
  * positions) are converted to owned float32. A model loads completely or not at all. */
 #include "config.h"
@@ -694,6 +696,132 @@ dd_status dd_model_from_image(dd_model **out, const char *label, uint8_t *img, s
         dd_model_free(m);
         return s;
     }
+    *out = m;
+    return DD_OK;
+}
+
+/* ---- a model from named tensors in memory ----------------------------------------------------------------- */
+
+/* w's bytes (data, and scales/biases when quantized) copied into buffers the model owns; w then points there. */
+static dd_status own_weight(dd_model *m, dd_weight *w, dd_error *err) {
+    if (w->rows == 0) return DD_OK;
+    size_t nb = (size_t)w->rows * w->row_bytes;
+    uint8_t *d = dd_model_own(m, malloc(nb ? nb : 1));
+    if (!d) return dd_fail(err, DD_ENOMEM, "tensors: out of memory copying weights");
+    memcpy(d, w->data, nb);
+    w->data = d;
+    if (w->scales) {
+        size_t sb = (size_t)w->rows * w->sb_row_bytes;
+        uint8_t *sc = dd_model_own(m, malloc(sb ? sb : 1)), *bi = sc ? dd_model_own(m, malloc(sb ? sb : 1)) : NULL;
+        if (!bi) return dd_fail(err, DD_ENOMEM, "tensors: out of memory copying weights");
+        memcpy(sc, w->scales, sb);
+        memcpy(bi, w->biases, sb);
+        w->scales = sc;
+        w->biases = bi;
+    }
+    return DD_OK;
+}
+
+static int cmp_tensor_name(const void *a, const void *b) {
+    return strcmp(((const dd_st_tensor *)a)->name, ((const dd_st_tensor *)b)->name);
+}
+
+/* The caller's tensors as the table a mapped file gives (names and data borrowed, sorted by name), checked:
+ * names present, unique and short, dtypes f32/f16/bf16, dims non-negative, byte sizes without overflow. */
+static dd_status views_table(dd_st_file *f, const dd_tensor_view *tv, size_t n, dd_error *err) {
+    memset(f, 0, sizeof *f);
+    snprintf(f->path, sizeof f->path, "tensors");
+    if (n > (size_t)INT32_MAX) return dd_fail(err, DD_EINVAL, "tensors: %zu tensors (at most %d)", n, INT32_MAX);
+    f->t = calloc(n ? n : 1, sizeof *f->t);
+    if (!f->t) return dd_fail(err, DD_ENOMEM, "tensors: out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const dd_tensor_view *v = &tv[i];
+        dd_st_tensor *t = &f->t[i];
+        if (!v->name || !*v->name) return dd_fail(err, DD_EINVAL, "tensors[%zu]: name is NULL or empty", i);
+        if (strnlen(v->name, 256) >= 256)
+            return dd_fail(err, DD_EINVAL, "tensors[%zu] '%.64s...': name of 256 bytes or more", i, v->name);
+        t->name = v->name;
+        switch (v->dtype) {
+        case DD_F32: t->dtype = DD_ST_F32; break;
+        case DD_F16: t->dtype = DD_ST_F16; break;
+        case DD_BF16: t->dtype = DD_ST_BF16; break;
+        default:
+            return dd_fail(err, DD_EINVAL, "tensors: tensor '%s': dtype %d (%s) (want f32, f16 or bf16)", v->name,
+                           (int)v->dtype, dd_dtype_name(v->dtype));
+        }
+        if (v->ndim < 0 || v->ndim > DD_TENSOR_MAX_DIMS)
+            return dd_fail(err, DD_EINVAL, "tensors: tensor '%s': ndim %d (want 0..%d)", v->name, v->ndim,
+                           DD_TENSOR_MAX_DIMS);
+        t->ndim = v->ndim;
+        size_t bytes = dd_st_dtype_size(t->dtype);
+        for (int d = 0; d < v->ndim; d++) {
+            if (v->shape[d] < 0)
+                return dd_fail(err, DD_EINVAL, "tensors: tensor '%s': shape[%d] = %lld is negative", v->name, d,
+                               (long long)v->shape[d]);
+            t->shape[d] = v->shape[d];
+            if ((uint64_t)v->shape[d] > SIZE_MAX || !dd_mul_ok(bytes, (size_t)v->shape[d], &bytes))
+                return dd_fail(err, DD_EINVAL, "tensors: tensor '%s': shape overflows the size type", v->name);
+        }
+        if (bytes && !v->data) return dd_fail(err, DD_EINVAL, "tensors: tensor '%s': data is NULL", v->name);
+        t->begin = 0;
+        t->end = bytes;
+        t->data = v->data;
+    }
+    f->n = (int)n;
+    qsort(f->t, n, sizeof *f->t, cmp_tensor_name);
+    for (size_t i = 1; i < n; i++)
+        if (strcmp(f->t[i - 1].name, f->t[i].name) == 0)
+            return dd_fail(err, DD_EINVAL, "tensors: tensor '%s' given twice", f->t[i].name);
+    return DD_OK;
+}
+
+dd_status dd_model_from_tensors(dd_model **out, const char *config_json, const dd_tensor_view *tensors, size_t n,
+                                dd_error *err) {
+    dd_error_clear(err);
+    if (!out) return dd_fail(err, DD_EINVAL, "dd_model_from_tensors: out is NULL");
+    *out = NULL;
+    if (!config_json) return dd_fail(err, DD_EINVAL, "dd_model_from_tensors: config_json is NULL");
+    if (!tensors && n) return dd_fail(err, DD_EINVAL, "dd_model_from_tensors: tensors is NULL (n = %zu)", n);
+    json_error_t je;
+    json_t *cj = json_loads(config_json, JSON_REJECT_DUPLICATES, &je);
+    if (!cj) return dd_fail(err, DD_EFORMAT, "tensors: config JSON: %s (line %d)", je.text, je.line);
+    dd_model *m = calloc(1, sizeof *m);
+    dd_st_file *f = m ? calloc(1, sizeof *f) : NULL;
+    if (!f) {
+        free(m);
+        json_decref(cj);
+        return dd_fail(err, DD_ENOMEM, "tensors: out of memory");
+    }
+    m->maps = f;
+    m->nmaps = 1; /* borrowed table: dd_st_close frees only its array */
+    snprintf(m->source, sizeof m->source, "tensors");
+    /* HF CSM config.json (model_type) or a native config (format "depthdec") */
+    int csm = json_object_get(cj, "model_type") != NULL;
+    dd_status s = csm ? dd_config_parse_csm("tensors: config", cj, &m->cfg, err)
+                      : dd_config_parse_native("tensors: config", cj, &m->cfg, err);
+    json_decref(cj);
+    if (!s) s = views_table(f, tensors, n, err);
+    /* the one name map the file loader uses */
+    if (!s) s = dd_model_load_from_maps(m, "tensors", csm, err);
+    /* the weights it resolved point into the caller's buffers: copy them (vectors are already owned float32) */
+    if (!s && !csm) s = own_weight(m, &m->heads, err);
+    if (!s) s = own_weight(m, &m->head0, err);
+    if (!s) s = own_weight(m, &m->in_proj, err);
+    if (!s) s = own_weight(m, &m->embed, err);
+    for (int i = 0; !s && i < m->cfg.layers; i++) {
+        dd_layer *l = &m->layer[i];
+        dd_weight *ws[7] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->fc1, &l->up, &l->fc2};
+        for (int k = 0; !s && k < 7; k++) s = own_weight(m, ws[k], err);
+    }
+    if (s) {
+        dd_model_free(m);
+        return s;
+    }
+    /* nothing points at the caller's memory any more */
+    dd_st_close(f);
+    free(f);
+    m->maps = NULL;
+    m->nmaps = 0;
     *out = m;
     return DD_OK;
 }

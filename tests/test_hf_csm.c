@@ -441,6 +441,262 @@ static void test_csm_fixture(void **state) {
     dd_model_free(m);
 }
 
+/* ---- dd_model_from_tensors: the same tensors from memory ------------------------------------------------- */
+
+/* Views of the float tensors of a list (other dtypes cannot be expressed by dd_tensor_view and are left out),
+ * each copied into its own malloc'd buffer so the test can free them right after the call. */
+static size_t views_of(const dd_st_out *t, int n, dd_tensor_view *v, void **bufs) {
+    size_t k = 0;
+    for (int i = 0; i < n; i++) {
+        dd_dtype dt;
+        if (t[i].dtype == DD_ST_F32) dt = DD_F32;
+        else if (t[i].dtype == DD_ST_F16) dt = DD_F16;
+        else if (t[i].dtype == DD_ST_BF16) dt = DD_BF16;
+        else continue;
+        size_t nb = elems(t[i].ndim, t[i].shape) * dd_st_dtype_size(t[i].dtype);
+        bufs[k] = malloc(nb ? nb : 1);
+        assert_non_null(bufs[k]);
+        memcpy(bufs[k], t[i].data, nb);
+        v[k] = (dd_tensor_view){.name = t[i].name, .dtype = dt, .ndim = t[i].ndim, .data = bufs[k]};
+        memcpy(v[k].shape, t[i].shape, sizeof v[k].shape);
+        k++;
+    }
+    return k;
+}
+
+static void free_bufs(void **bufs, size_t n) {
+    for (size_t i = 0; i < n; i++) free(bufs[i]);
+}
+
+/* a and b decode bitwise alike: greedy and sampled codes on the cpu backend (c0 sampled from head0). */
+static void expect_same_codes(const dd_model *a, const dd_model *b) {
+    const dd_config *c = dd_model_config(a);
+    enum { N = 4 };
+    int Q = c->levels, I = c->input_dim;
+    float *h = malloc((size_t)N * I * sizeof *h);
+    int32_t ca[N * DD_MAX_LEVELS], cb[N * DD_MAX_LEVELS];
+    uint64_t seeds[N] = {1, 2, 3, 4}, frames[N] = {0, 5, 9, 2};
+    assert_non_null(h);
+    for (size_t i = 0; i < (size_t)N * I; i++) h[i] = rnd_sym(2.0f);
+    dd_decoder_params p = dd_decoder_default_params();
+    p.backend = DD_BACKEND_CPU;
+    p.threads = 1;
+    dd_decoder *da, *db;
+    dd_error e;
+    assert_int_equal(dd_decoder_create(&da, a, &p, &e), DD_OK);
+    assert_int_equal(dd_decoder_create(&db, b, &p, &e), DD_OK);
+    for (int greedy = 0; greedy < 2; greedy++) {
+        dd_sampling s = dd_sampling_default();
+        if (greedy) s.temperature = 0;
+        memset(ca, 0xff, sizeof ca);
+        memset(cb, 0xff, sizeof cb);
+        assert_int_equal(dd_decode(da, N, h, NULL, seeds, frames, &s, ca, &e), DD_OK);
+        assert_int_equal(dd_decode(db, N, h, NULL, seeds, frames, &s, cb, &e), DD_OK);
+        assert_memory_equal(ca, cb, (size_t)N * Q * sizeof *ca);
+    }
+    dd_decoder_free(da);
+    dd_decoder_free(db);
+    free(h);
+}
+
+/* dd_model_from_tensors must refuse, with `code`, a message containing `also`, and *out NULL. */
+static void expect_tensors_fail_(int line, const char *cfg, const dd_tensor_view *v, size_t n, dd_status code,
+                                 const char *also) {
+    dd_model *m = (dd_model *)1;
+    dd_error e;
+    dd_status s = dd_model_from_tensors(&m, cfg, v, n, &e);
+    if (lt_verbose || s != code || !strstr(e.msg, also))
+        print_message("line %d: status %d (want %d): %s (want '%s' in it)\n", line, s, code, e.msg, also);
+    assert_int_equal(s, code);
+    assert_int_equal(e.code, code);
+    assert_null(m);
+    assert_non_null(strstr(e.msg, also));
+    assert_int_equal(dd_model_from_tensors(&m, cfg, v, n, NULL), code);
+}
+#define expect_tensors_fail(cfg, v, n, code, also) expect_tensors_fail_(__LINE__, cfg, v, n, code, also)
+
+static void test_csm_from_tensors(void **state) {
+    char dir[128];
+    tset *ts = csm_tensors();
+    json_t *cfg = csm_config(0);
+    char *cj = json_dumps(cfg, 0);
+    assert_non_null(cj);
+    dd_tensor_view v[TS_MAX];
+    void *bufs[TS_MAX];
+    dd_error e;
+
+    /* bf16 as written, and every float tensor as f32 and as f16: from memory = from the directory, bitwise */
+    for (int pass = 0; pass < 3; pass++) {
+        if (pass) {
+            dd_st_dtype dt = pass == 1 ? DD_ST_F32 : DD_ST_F16;
+            for (int i = 0; i < ts->n; i++)
+                if (ts->t[i].dtype == DD_ST_BF16 || ts->t[i].dtype == DD_ST_F32 || ts->t[i].dtype == DD_ST_F16) {
+                    dd_st_out o = ts->t[i];
+                    int norm = strstr(o.name, "norm") != NULL;
+                    ts_putf(ts, o.name, dt, o.ndim, o.shape, norm ? 1.0f : 0.0f, norm ? 0.1f : 0.15f, 0);
+                }
+        }
+        TH_PATH(dir, "csm_tensors_%d", pass);
+        csm_write(dir, ts, cfg, 0);
+        dd_model *a = load_ok(dir), *b = NULL;
+        size_t n = views_of(ts->t, ts->n, v, bufs);
+        assert_int_equal(dd_model_from_tensors(&b, cj, v, n, &e), DD_OK);
+        assert_int_equal(e.code, DD_OK);
+        free_bufs(bufs, n); /* the model holds its own copy */
+        assert_string_equal(dd_model_source(b), "tensors");
+        cfg_equal(dd_model_config(a), dd_model_config(b));
+        assert_int_equal(dd_model_tensor_count(a), dd_model_tensor_count(b));
+        if (pass == 0) csm_check(b, ts, k_tab_bb);
+        expect_same_scores(a, b);
+        expect_same_codes(a, b);
+        dd_model_free(a);
+        dd_model_free(b);
+    }
+
+    /* errors, each naming the tensor (views point into ts, which outlives them) */
+    size_t n = 0;
+    for (int i = 0; i < ts->n; i++) {
+        const dd_st_out *t = &ts->t[i];
+        if (t->dtype != DD_ST_F16) continue;
+        v[n] = (dd_tensor_view){.name = t->name, .dtype = DD_F16, .ndim = t->ndim, .data = t->data};
+        memcpy(v[n].shape, t->shape, sizeof v[n].shape);
+        n++;
+    }
+    dd_model *m = NULL;
+    assert_int_equal(dd_model_from_tensors(&m, cj, v, n, &e), DD_OK);
+    dd_model_free(m);
+    const char *q = "depth_decoder.model.layers.1.self_attn.q_proj.weight";
+    size_t iq = 0;
+    while (strcmp(v[iq].name, q) != 0) iq++;
+    dd_tensor_view keep = v[iq];
+    v[iq].shape[1]++;
+    expect_tensors_fail(cj, v, n, DD_EMODEL, "tensor 'depth_decoder.model.layers.1.self_attn.q_proj.weight': shape");
+    v[iq] = keep;
+    v[iq].ndim = 3;
+    v[iq].shape[2] = 1;
+    expect_tensors_fail(cj, v, n, DD_EMODEL, "expected [48, 32]");
+    v[iq] = keep;
+    v[iq].dtype = DD_Q8;
+    expect_tensors_fail(cj, v, n, DD_EINVAL, "tensor 'depth_decoder.model.layers.1.self_attn.q_proj.weight': dtype");
+    v[iq].dtype = (dd_dtype)77;
+    expect_tensors_fail(cj, v, n, DD_EINVAL, "q_proj.weight': dtype 77");
+    v[iq] = keep;
+    v[iq].data = NULL;
+    expect_tensors_fail(cj, v, n, DD_EINVAL, "q_proj.weight': data is NULL");
+    v[iq] = keep;
+    v[iq].shape[0] = -3;
+    expect_tensors_fail(cj, v, n, DD_EINVAL, "q_proj.weight': shape[0] = -3");
+    v[iq] = keep;
+    v[iq].ndim = 9;
+    expect_tensors_fail(cj, v, n, DD_EINVAL, "q_proj.weight': ndim 9");
+    v[iq] = keep;
+    v[iq].name = "depth_decoder.model.layers.1.self_attn.k_proj.weight";
+    expect_tensors_fail(cj, v, n, DD_EINVAL, "tensor 'depth_decoder.model.layers.1.self_attn.k_proj.weight' given twice");
+    v[iq].name = "";
+    expect_tensors_fail(cj, v, n, DD_EINVAL, "name is NULL or empty");
+    v[iq].name = "depth_decoder.model.layers.1.self_attn.Q_proj.weight"; /* q_proj is now missing */
+    expect_tensors_fail(cj, v, n, DD_EMODEL, "missing tensor 'depth_decoder.model.layers.1.self_attn.q_proj.weight'");
+    v[iq] = keep;
+    /* the codebooks head is checked in its HF layout [Q-1, D, V] */
+    const char *hn = "depth_decoder.codebooks_head.weight";
+    size_t ih = 0;
+    while (strcmp(v[ih].name, hn) != 0) ih++;
+    int64_t t = v[ih].shape[1];
+    v[ih].shape[1] = v[ih].shape[2];
+    v[ih].shape[2] = t;
+    expect_tensors_fail(cj, v, n, DD_EMODEL, "tensor 'depth_decoder.codebooks_head.weight': shape [3, 20, 32], expected [3, 32, 20]");
+    v[ih].shape[2] = v[ih].shape[1];
+    v[ih].shape[1] = t;
+    /* configs */
+    expect_tensors_fail("{\"model_type\": \"csm\",", v, n, DD_EFORMAT, "config JSON");
+    expect_tensors_fail("{\"model_type\": \"llama\"}", v, n, DD_EMODEL, "model_type is not \"csm\"");
+    expect_tensors_fail("{\"model_type\": \"csm\"}", v, n, DD_EMODEL, "depth_decoder_config");
+    expect_tensors_fail(NULL, v, n, DD_EINVAL, "config_json is NULL");
+    expect_tensors_fail(cj, NULL, 3, DD_EINVAL, "tensors is NULL");
+    expect_tensors_fail(cj, v, 0, DD_EMODEL, "missing");
+    assert_int_equal(dd_model_from_tensors(NULL, cj, v, n, &e), DD_EINVAL);
+    /* still fine after all that */
+    assert_int_equal(dd_model_from_tensors(&m, cj, v, n, &e), DD_OK);
+    dd_model_free(m);
+
+    free(cj);
+    json_decref(cfg);
+    ts_free(ts);
+}
+
+/* The transformers-made fixture and a native file, from their own tensors in memory: the same model. */
+static void test_tensors_fixture_native(void **state) {
+    dd_tensor_view v[TS_MAX];
+    void *bufs[TS_MAX];
+    dd_error e;
+    if (access("tests/fixtures/csm_tiny/config.json", R_OK) == 0) {
+        dd_model *a = load_ok("tests/fixtures/csm_tiny"), *b = NULL;
+        dd_st_file f;
+        assert_int_equal(dd_st_open(&f, "tests/fixtures/csm_tiny/model.safetensors", &e), DD_OK);
+        dd_st_out *o = calloc((size_t)f.n, sizeof *o);
+        assert_non_null(o);
+        int k = 0;
+        for (int i = 0; i < f.n; i++) {
+            if (f.t[i].dtype != DD_ST_F32 && f.t[i].dtype != DD_ST_F16 && f.t[i].dtype != DD_ST_BF16) continue;
+            if (strncmp(f.t[i].name, "codec_model.", 12) == 0) continue; /* many; unused either way */
+            assert_true(k < TS_MAX);
+            snprintf(o[k].name, sizeof o[k].name, "%s", f.t[i].name);
+            o[k].dtype = f.t[i].dtype;
+            o[k].ndim = f.t[i].ndim;
+            memcpy(o[k].shape, f.t[i].shape, sizeof o[k].shape);
+            o[k].data = f.t[i].data;
+            k++;
+        }
+        size_t n = views_of(o, k, v, bufs);
+        FILE *fp = fopen("tests/fixtures/csm_tiny/config.json", "rb");
+        assert_non_null(fp);
+        static char cj[1 << 16];
+        size_t len = fread(cj, 1, sizeof cj - 1, fp);
+        fclose(fp);
+        cj[len] = 0;
+        assert_int_equal(dd_model_from_tensors(&b, cj, v, n, &e), DD_OK);
+        free_bufs(bufs, n);
+        cfg_equal(dd_model_config(a), dd_model_config(b));
+        expect_same_scores(a, b);
+        expect_same_codes(a, b);
+        dd_model_free(a);
+        dd_model_free(b);
+        free(o);
+        dd_st_close(&f);
+    }
+    /* native layout (config with "format": "depthdec"): tiny-gpt f32 and tiny-llama bf16 */
+    for (int w = 0; w < 2; w++) {
+        dd_model *s = NULL, *b = NULL;
+        assert_int_equal(dd_model_synthetic(&s, w ? "tiny-llama" : "tiny-gpt", w ? DD_BF16 : DD_F32, 7, &e), DD_OK);
+        char path[128];
+        TH_PATH(path, "native_%d.safetensors", w);
+        assert_int_equal(dd_model_save(s, path, &e), DD_OK);
+        dd_model *a = load_ok(path);
+        tset *ts = ts_load(path);
+        char *cj = json_dumps(ts->cfg, 0);
+        size_t n = views_of(ts->t, ts->n, v, bufs);
+        assert_int_equal(dd_model_from_tensors(&b, cj, v, n, &e), DD_OK);
+        free_bufs(bufs, n);
+        cfg_equal(dd_model_config(a), dd_model_config(b));
+        expect_same_scores(a, b);
+        expect_same_codes(a, b);
+        /* a native shape error names the native tensor */
+        n = views_of(ts->t, ts->n, v, bufs);
+        for (size_t i = 0; i < n; i++)
+            if (strcmp(v[i].name, "layers.0.fc2.weight") == 0) v[i].shape[0]--;
+        dd_model *c = NULL;
+        assert_int_equal(dd_model_from_tensors(&c, cj, v, n, &e), DD_EMODEL);
+        assert_non_null(strstr(e.msg, "tensor 'layers.0.fc2.weight': shape"));
+        assert_null(c);
+        free_bufs(bufs, n);
+        free(cj);
+        ts_free(ts);
+        dd_model_free(a);
+        dd_model_free(b);
+        dd_model_free(s);
+    }
+}
+
 /* ---- main ------------------------------------------------------------------------------------------------- */
 
 int main(void) {
@@ -449,6 +705,8 @@ int main(void) {
         cmocka_unit_test(test_csm_valid),
         cmocka_unit_test(test_csm_errors),
         cmocka_unit_test(test_csm_fixture),
+        cmocka_unit_test(test_csm_from_tensors),
+        cmocka_unit_test(test_tensors_fixture_native),
     };
     return cmocka_run_group_tests(tests, lt_setup, lt_teardown);
 }

@@ -1,4 +1,5 @@
-"""depthdec — exact, fast inference for the depth decoder of RVQ speech LMs (numpy in, numpy out).
+"""depthdec — exact, fast inference for the depth decoder of RVQ speech LMs (numpy or torch CPU tensors in, the
+same library out; any host array with __dlpack__ is read).
 
 A thin layer over the C library (include/depthdec.h), with the CLI's semantics::
 
@@ -119,6 +120,38 @@ class Model:
         m._init(_ext.model_synthetic(kind, weights, seed))
         return m
 
+    @classmethod
+    def from_tensors(cls, config, tensors):
+        """A model from named tensors in memory, with no file (dd_model_from_tensors).
+
+        config: the model's config as a dict or JSON text — an HF CSM config (``model.config.to_dict()`` of a
+          transformers CsmForConditionalGeneration: "model_type": "csm") with HF CSM tensor names, or a native
+          depthdec config ("format": "depthdec") with native names.
+        tensors: a mapping name -> array (a ``state_dict()`` works: tensors the model does not use, such as the
+          backbone's, are ignored) or an iterable of (name, array) pairs. Arrays: torch tensors (float32, float16,
+          bfloat16; any device: copied to the host), numpy arrays or objects with ``__dlpack__`` (float32,
+          float16; float64 is rounded to float32), contiguous or not.
+        The values are copied into the model: the arrays may be changed or freed afterwards. Errors name the
+        tensor (a missing one, a wrong shape or dtype)."""
+        import json
+
+        if isinstance(config, dict):
+            config = json.dumps(config)
+        if not isinstance(config, str):
+            raise ArgumentError("Model.from_tensors: config must be a dict or JSON text, not %s" % type(config).__name__)
+        items = tensors.items() if hasattr(tensors, "items") else tensors
+        entries = []
+        try:
+            for name, x in items:
+                if not isinstance(name, str):
+                    raise ArgumentError("Model.from_tensors: tensor name %r is not a str" % (name,))
+                entries.append((name,) + _weight_buffer(name, x))
+        except TypeError as e:
+            raise ArgumentError("Model.from_tensors: tensors must be a mapping or (name, array) pairs: %s" % e) from None
+        m = cls.__new__(cls)
+        m._init(_ext.model_from_tensors(config, entries))
+        return m
+
     def _init(self, handle):
         self._h = handle
         cfg = _ext.model_config(handle)
@@ -148,6 +181,31 @@ class Model:
             c["weight_type"])
 
 
+def _weight_buffer(name, x):
+    """(dtype name, shape, C-contiguous host buffer) of one weight for _ext.model_from_tensors."""
+    if _is_torch(x):
+        import torch
+
+        t = x.detach()
+        kinds = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.float64: "f32"}
+        if t.dtype not in kinds:
+            raise ArgumentError("tensors: tensor '%s': dtype %s (want float32, float16 or bfloat16)" % (name, t.dtype))
+        if t.dtype == torch.float64:
+            t = t.to(torch.float32)
+        t = t.to("cpu").contiguous()
+        if t.dtype == torch.bfloat16:  # numpy has no bfloat16: hand over the 2-byte words
+            return "bf16", tuple(t.shape), t.view(torch.int16).numpy()
+        return kinds[t.dtype], tuple(t.shape), t.numpy()
+    a = _host_array(x, "tensor '%s'" % name)
+    if a.dtype.name == "bfloat16":  # ml_dtypes' bfloat16
+        return "bf16", a.shape, np.ascontiguousarray(a).view(np.uint16)
+    if a.dtype == np.float64:
+        a = a.astype(np.float32)
+    if a.dtype not in (np.float32, np.float16):
+        raise ArgumentError("tensors: tensor '%s': dtype %s (want float32, float16 or bfloat16)" % (name, a.dtype))
+    return ("f32" if a.dtype == np.float32 else "f16"), a.shape, np.ascontiguousarray(a)
+
+
 # ---- input validation --------------------------------------------------------------------------------------------
 
 
@@ -163,11 +221,62 @@ def _u64_scalar(v, name):
     return v
 
 
-def _as_array(x, name):
+_DLPACK_DEVICES = {1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "metal", 9: "vpi", 10: "rocm",
+                   11: "rocm_host", 13: "cuda_managed", 14: "oneapi"}
+
+
+def _is_torch(x):
+    """x is a torch tensor (checked by its type's module: torch is not imported for anything else)."""
+    return type(x).__module__.split(".")[0] == "torch" and hasattr(x, "__dlpack__")
+
+
+def _host_array(x, name):
+    """x as a numpy array without a copy where possible: numpy arrays as they are; torch tensors (detached;
+    bfloat16 widened to float32, exactly) and other objects with __dlpack__ through DLPack; anything else through
+    np.asarray. Arrays that live on a device other than the host are refused (this package takes host arrays)."""
+    if isinstance(x, np.ndarray):
+        return x
+    dev = getattr(x, "__dlpack_device__", None)
+    if dev is not None and hasattr(x, "__dlpack__"):
+        try:
+            kind = int(dev()[0])
+        except Exception as e:  # a broken producer
+            raise ArgumentError("%s: __dlpack_device__() failed: %s" % (name, e)) from None
+        if kind != 1:
+            raise ArgumentError("%s: the array is on device '%s' (DLPack device type %d); depthdec's Python package "
+                                "takes host (CPU) arrays: move it first (torch: .cpu())"
+                                % (name, _DLPACK_DEVICES.get(kind, "?"), kind))
+        if _is_torch(x):
+            import torch  # already imported by whoever made x
+
+            x = x.detach()
+            if x.dtype == torch.bfloat16:
+                x = x.to(torch.float32)  # numpy has no bfloat16; the widening is exact
+            if x.is_conj() or x.is_neg():
+                x = x.resolve_conj().resolve_neg()
+        try:
+            return np.from_dlpack(x)
+        except (BufferError, TypeError, ValueError, RuntimeError) as e:
+            raise ArgumentError("%s: cannot read it through DLPack: %s" % (name, e)) from None
     try:
         return np.asarray(x)
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, RuntimeError) as e:
         raise ArgumentError("%s: not an array: %s" % (name, e)) from None
+
+
+def _as_array(x, name):
+    return _host_array(x, name)
+
+
+def _like(ref, *outs):
+    """The results in ref's library: torch tensors (sharing the numpy memory) when ref is a torch tensor, numpy
+    arrays otherwise. None stays None."""
+    if not _is_torch(ref):
+        return outs if len(outs) > 1 else outs[0]
+    import torch
+
+    conv = tuple(None if o is None else torch.from_numpy(o) for o in outs)
+    return conv if len(conv) > 1 else conv[0]
 
 
 def _hidden(x, input_dim):
@@ -216,6 +325,8 @@ def _codes(x, name, shape, V):
 def _keys(x, name, n, consecutive):
     """uint64 [n] noise keys. A scalar is one value for every row (seed) or, for frames, the first frame F with
     row r at F + r (mod 2**64, as the CLI's uint64 arithmetic); an array gives one value per row."""
+    if not isinstance(x, np.ndarray) and hasattr(x, "__dlpack__"):
+        x = _host_array(x, name)
     if np.ndim(x) == 0:
         v = _u64_scalar(x, name)
         if consecutive:
@@ -297,7 +408,10 @@ class Decoder:
     def generate(self, hidden, c0=None, seed=0, frame=0, temperature=0.9, top_k=50, greedy=False):
         """Codes c0..c(Q-1) of N frames: int32 array [N, Q].
 
-        hidden: [N, input_dim] float32 (float16/float64/integers converted); rows are consecutive frames of one
+        Arrays: numpy arrays, torch CPU tensors, or any host array with __dlpack__ (torch is imported only when a
+        torch tensor is given). The result is a torch tensor when `hidden` is one (torch in, torch out), else a
+        numpy array. Arrays on a GPU are refused with ArgumentError; nothing is written anywhere on a failed call.
+        hidden: [N, input_dim] float32 (float16/bfloat16/float64/integers converted); rows are consecutive frames of one
           stream, as in the CLI: row n uses `seed` and frame `frame + n`. Per-row keys: pass `seed` and/or `frame`
           as [N] integer arrays (then row n uses seed[n] / frame[n]).
         c0: None (sample c0 from the model's level-0 head; needs head0) or [N] integer codes in [0, V).
@@ -315,17 +429,18 @@ class Decoder:
         t, k = _sampling(temperature, top_k, greedy)
         out = np.empty((n, c["levels"]), dtype=np.int32)
         if n == 0:
-            return out
+            return _like(hidden, out)
         self._enter()
         try:
             _ext.decode(self._h, n, h, c0a, seeds, frames, t, k, out)
         finally:
             self._lock.release()
-        return out
+        return _like(hidden, out)
 
     def score(self, hidden, codes):
         """Teacher-forced logits: (logits float32 [N, Q-1, V] of levels 1..Q-1 given codes 0..Q-2,
-        logits0 float32 [N, V] = head0 · hidden, or None when the model has no head0).
+        logits0 float32 [N, V] = head0 · hidden, or None when the model has no head0); torch tensors when
+        `hidden` is a torch tensor, numpy arrays otherwise (see generate for the arrays accepted).
 
         hidden: [N, input_dim] as for generate; codes: [N, Q] integers in [0, V) (level Q-1 is not read but must
         be in range)."""
@@ -337,13 +452,13 @@ class Decoder:
         logits = np.empty((n, Q - 1, V), dtype=np.float32)
         logits0 = np.empty((n, V), dtype=np.float32) if c["has_head0"] else None
         if n == 0:
-            return logits, logits0
+            return _like(hidden, logits, logits0)
         self._enter()
         try:
             _ext.score(self._h, n, h, ca, logits, logits0)
         finally:
             self._lock.release()
-        return logits, logits0
+        return _like(hidden, logits, logits0)
 
     def close(self):
         """Free the decoder's memory now (it is freed anyway when garbage-collected). Idempotent."""

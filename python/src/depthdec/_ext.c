@@ -127,6 +127,82 @@ static PyObject *model_synthetic(PyObject *self, PyObject *args) {
     return wrap_model(m);
 }
 
+/* model_from_tensors(config_json, [(name, dtype, shape, buffer), ...]) -> capsule (dd_model_from_tensors).
+ * dtype "f32" / "f16" / "bf16"; shape a tuple of ints; buffer any C-contiguous object of the buffer protocol
+ * whose size is prod(shape) * element size (bf16 as 2-byte words). The library copies what it uses. */
+static PyObject *model_from_tensors(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *cfg;
+    PyObject *list;
+    if (!PyArg_ParseTuple(args, "sO:model_from_tensors", &cfg, &list)) return NULL;
+    /* a tuple of our own: its items (and so the names and buffers) stay alive while the GIL is released */
+    PyObject *seq = PySequence_Tuple(list);
+    if (!seq) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    dd_tensor_view *v = PyMem_Calloc((size_t)(n ? n : 1), sizeof *v);
+    Py_buffer *bufs = PyMem_Calloc((size_t)(n ? n : 1), sizeof *bufs);
+    Py_ssize_t got = 0; /* buffers held */
+    PyObject *ret = NULL;
+    if (!v || !bufs) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *it = PyTuple_GET_ITEM(seq, i), *shape, *buf;
+        const char *name, *dt;
+        if (!PyTuple_Check(it) || !PyArg_ParseTuple(it, "ssOO", &name, &dt, &shape, &buf)) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "model_from_tensors: items are 4-tuples");
+            goto done;
+        }
+        if (!parse_dtype(dt, &v[i].dtype) || v[i].dtype > DD_BF16) {
+            char msg[320];
+            snprintf(msg, sizeof msg, "tensors: tensor '%.200s': dtype '%.20s' (want f32, f16 or bf16)", name, dt);
+            raise_status(DD_EINVAL, msg);
+            goto done;
+        }
+        v[i].name = name; /* borrowed from the tuple, which seq keeps alive */
+        if (!PyTuple_Check(shape) || PyTuple_GET_SIZE(shape) > DD_TENSOR_MAX_DIMS) {
+            PyErr_Format(PyExc_TypeError, "model_from_tensors: '%s': shape must be a tuple of at most %d ints", name,
+                         DD_TENSOR_MAX_DIMS);
+            goto done;
+        }
+        v[i].ndim = (int)PyTuple_GET_SIZE(shape);
+        Py_ssize_t want = dt[0] == 'f' && dt[1] == '3' ? 4 : 2;
+        for (int d = 0; d < v[i].ndim; d++) {
+            long long x = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, d));
+            if (x == -1 && PyErr_Occurred()) goto done;
+            if (x < 0 || (x > 0 && want > PY_SSIZE_T_MAX / x)) {
+                PyErr_Format(PyExc_ValueError, "model_from_tensors: '%s': shape[%d] = %lld", name, d, x);
+                goto done;
+            }
+            v[i].shape[d] = x;
+            want *= (Py_ssize_t)x;
+        }
+        if (PyObject_GetBuffer(buf, &bufs[i], PyBUF_C_CONTIGUOUS) != 0) goto done;
+        got = i + 1;
+        if (bufs[i].len != want) {
+            PyErr_Format(PyExc_ValueError, "model_from_tensors: '%s': buffer of %zd bytes, shape and dtype need %zd",
+                         name, bufs[i].len, want);
+            goto done;
+        }
+        v[i].data = bufs[i].buf;
+    }
+    dd_model *m = NULL;
+    dd_error e;
+    dd_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = dd_model_from_tensors(&m, cfg, v, (size_t)n, &e);
+    Py_END_ALLOW_THREADS
+    if (st) raise_err(&e);
+    else ret = wrap_model(m);
+done:
+    for (Py_ssize_t i = 0; i < got; i++) PyBuffer_Release(&bufs[i]);
+    PyMem_Free(bufs);
+    PyMem_Free(v);
+    Py_DECREF(seq);
+    return ret;
+}
+
 static int dict_set(PyObject *d, const char *k, PyObject *v) {
     if (!v) return -1;
     int r = PyDict_SetItemString(d, k, v);
@@ -444,6 +520,8 @@ static PyMethodDef methods[] = {
     {"set_error_type", set_error_type, METH_O, "Register the exception type raised for library errors."},
     {"model_load", model_load, METH_VARARGS, "model_load(path) -> model capsule"},
     {"model_synthetic", model_synthetic, METH_VARARGS, "model_synthetic(kind, weights, seed) -> model capsule"},
+    {"model_from_tensors", model_from_tensors, METH_VARARGS,
+     "model_from_tensors(config_json, [(name, dtype, shape, buffer), ...]) -> model capsule"},
     {"model_config", model_config, METH_O, "model_config(model) -> dict"},
     {"model_info", model_info, METH_O, "model_info(model) -> (tensor_count, source, bytes_per_frame, bytes)"},
     {"decoder_create", decoder_create, METH_VARARGS, "decoder_create(model, backend, max_batch, threads)"},

@@ -1,0 +1,41 @@
+/* Runs the example programs of examples/ (built by `make` beside the CLI: DD_CLI's folder + examples/) and checks
+ * that each exits 0 and prints what it promises. host_api builds a model from tensors in memory, decodes greedy and
+ * sampled frames and checks dd_score's argmax against the greedy codes itself (exit 1 otherwise). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+static void example_path(char *buf, size_t cap, const char *name) {
+    const char *cli = DD_CLI; /* "<build>/depthdec" */
+    const char *slash = strrchr(cli, '/');
+    int dl = slash ? (int)(slash - cli) : 1;
+    snprintf(buf, cap, "%.*s/examples/%s", dl, slash ? cli : ".", name);
+}
+
+static void test_host_api(void **state) {
+    char path[512], out[8192];
+    example_path(path, sizeof path, "host_api");
+    FILE *p = popen(path, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    print_message("%s", out);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    assert_non_null(strstr(out, "model: tensors, Q 4, V 16, input_dim 24, dim 16, 1 layer(s), 14 tensors"));
+    assert_non_null(strstr(out, "stream 13 frame 0: greedy"));
+    assert_non_null(strstr(out, "score argmax = greedy codes: ok"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_host_api)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
