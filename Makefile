@@ -1,4 +1,5 @@
-# depthdec — `make` builds the library (static + shared), the CLI and the tests; `make test` runs the tests.
+# depthdec — `make` builds the library (static + shared) and the CLI (needs jansson, not cmocka); `make tests` builds
+# the test programs (needs cmocka), `make test` builds and runs them.
 # CUDA is opt-in: `make CUDA=1 CUDA_ARCH=sm_90`. `make install PREFIX=/usr/local` (DESTDIR honoured) installs the
 # header, both libraries, depthdec.pc and the CLI.
 
@@ -49,9 +50,26 @@ endif
 $(BUILD)/obj/cpu/cpu_kern_avx2.o: override CFLAGS += -mavx2 -mfma -mf16c
 $(BUILD)/obj/cpu/cpu_kern_avx512.o: override CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
 
-.PHONY: all lib test clean install
-all: lib $(BUILD)/depthdec $(TESTS)
+.PHONY: all lib tests test clean install deps-lib deps-test
+all: lib $(BUILD)/depthdec
 lib: $(BUILD)/libdepthdec.a $(BUILD)/libdepthdec.so $(BUILD)/depthdec.pc
+tests: all $(TESTS)
+
+# Dependencies, checked before anything compiles, so that a missing one is named with its Debian package instead
+# of a compiler's "jansson.h: No such file or directory". Order-only prerequisites: they never force a rebuild.
+# $(call need_header,HEADER,NAME,DEBIAN_PACKAGE): preprocess a file that includes HEADER (after the headers
+# cmocka.h assumes), or stop with the package to install.
+HASH := \#
+need_header = printf '$(HASH)include <stdarg.h>\n$(HASH)include <stddef.h>\n$(HASH)include <stdint.h>\n$(HASH)include <setjmp.h>\n$(HASH)include <$(1)>\n' \
+    | $(CC) $(filter-out -I%,$(CFLAGS)) $(CPPFLAGS) -E -x c - >/dev/null 2>&1 || { \
+    echo "depthdec: $(2) not found ($(1) does not compile with $(CC)): install it (Debian/Ubuntu: apt-get install $(3)," \
+         "or run scripts/deps.sh)" >&2; exit 1; }
+deps-lib:
+	@$(call need_header,jansson.h,jansson,libjansson-dev)
+deps-test:
+	@$(call need_header,cmocka.h,cmocka,libcmocka-dev)
+$(LIB_OBJ) $(NPY_OBJ) $(BUILD)/depthdec: | deps-lib
+$(TEST_COMMON_OBJ) $(TESTS): | deps-test
 
 # Library objects are compiled with hidden visibility: libdepthdec.so exports only the functions that
 # include/depthdec.h marks DD_API. Tests, the CLI and the Python package link the static archive, where the
@@ -113,7 +131,7 @@ $(BUILD)/test_%: tests/test_%.c $(TEST_COMMON_OBJ) $(NPY_OBJ) $(BUILD)/libdepthd
 	    $(BUILD)/libdepthdec.a $(LDFLAGS) $(LDLIBS) -lcmocka
 
 # Each test binary runs from the repository root; cmocka prints a summary per binary, this prints the total.
-test: all
+test: tests
 	@bash tests/run_all.sh $(BUILD) $(TESTS)
 
 clean:
