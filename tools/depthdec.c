@@ -36,6 +36,8 @@ static const char *USAGE =
 static const char *USAGE_TAIL =
     "Rows of --hidden are consecutive frames of one stream: row n uses seed S and frame F + n.\n"
     "Defaults: --temperature 0.9 --top-k 50 (CSM's); --greedy means temperature 0.\n"
+    "generate/score/export/quantize print one 'depthdec: wrote ...' line on stderr; long work shows progress on a\n"
+    "terminal; --quiet (any command) silences both (errors are always printed).\n"
     "Run 'depthdec COMMAND --help' for one command.\n";
 
 /* The library's backends, from its table (dd_backend_at: slowest first; reverse: fastest first), joined by sep and,
@@ -76,8 +78,38 @@ static void die_usage(const char *fmt, ...) {
     exit(EXIT_USAGE);
 }
 
+/* Talking: after generate/score/export/quantize one summary line on stderr ("depthdec: wrote ..."), and progress
+ * for long work ("\r"-updated, only once it has run ~2 s) when stderr is a terminal; --quiet silences both. Errors
+ * are printed whatever --quiet says. */
+static int g_quiet, g_tty;
+
+static void summary(const char *fmt, ...) {
+    if (g_quiet) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "depthdec: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+}
+
+static double now_ms(void);
+
+/* Progress "what: done/total unit" for work started at t0 (ms); shown only on a terminal, after 2 s. */
+static int g_progress_shown;
+static void progress_line(double t0, const char *what, long long done, long long total, const char *unit) {
+    if (!g_tty || now_ms() - t0 < 2000) return;
+    fprintf(stderr, "\rdepthdec: %s: %lld/%lld %s, %.0f s ", what, done, total, unit, (now_ms() - t0) / 1e3);
+    g_progress_shown = 1;
+}
+static void progress_end(void) {
+    if (g_progress_shown) fprintf(stderr, "\n");
+    g_progress_shown = 0;
+}
+
 /* Library errors: the message already names the file/tensor/argument. */
 static int fail(const dd_error *e) {
+    progress_end();
     fprintf(stderr, "depthdec: %s\n", e->msg);
     return 1;
 }
@@ -431,19 +463,27 @@ static int cmd_generate(opts *o) {
         seeds[r] = seed;
         frames[r] = frame0 + (uint64_t)r;
     }
+    double t0 = now_ms();
     for (int64_t r = 0; r < n; r += batch) {
         int k = (int)(n - r < batch ? n - r : batch);
+        progress_line(t0, "generate", r, n, "rows");
         if (dd_decode(d, k, h + r * c->input_dim, c0 ? c0 + r : NULL, seeds + r, frames + r, &s,
                       codes + r * c->levels, &e)) {
             /* name the file row, not the batch row */
+            progress_end();
             fprintf(stderr, "depthdec: %s: rows %lld..%lld: %s\n", hid, (long long)r, (long long)(r + k - 1), e.msg);
             goto done;
         }
     }
+    progress_end();
     if (dd_npy_write(out, DD_NPY_I32, 2, (int64_t[]){n, c->levels}, codes, &e)) {
         fail(&e);
         goto done;
     }
+    summary("wrote %s: %lld rows x %d codes (int32), seed %llu, frames %llu..%llu, backend %s, %.2f s", out,
+            (long long)n, c->levels, (unsigned long long)seed, (unsigned long long)frame0,
+            (unsigned long long)(frame0 + (uint64_t)n - 1), dd_backend_name(dd_decoder_backend(d)),
+            (now_ms() - t0) / 1e3);
     rc = 0;
 done:
     free(h);
@@ -495,9 +535,12 @@ static int cmd_score(opts *o) {
         fprintf(stderr, "depthdec: out of memory for %lld rows of logits\n", (long long)n);
         goto done;
     }
+    double t0 = now_ms();
     for (int64_t r = 0; r < n; r += batch) {
         int k = (int)(n - r < batch ? n - r : batch);
+        progress_line(t0, "score", r, n, "rows");
         if (dd_score(d, k, h + r * c->input_dim, codes + r * Q, lg + r * (Q - 1) * V, l0 ? l0 + r * V : NULL, &e)) {
+            progress_end();
             fprintf(stderr, "depthdec: %s / %s: rows %lld..%lld: %s\n", hid, cp, (long long)r, (long long)(r + k - 1),
                     e.msg);
             goto done;
@@ -505,6 +548,7 @@ static int cmd_score(opts *o) {
     }
     /* all or nothing: the logits go to a staging name first and are renamed over --out only once --logits0 is
      * written too, so a failure leaves neither new file and any earlier --out untouched */
+    progress_end();
     char stage[1200];
     snprintf(stage, sizeof stage, "%s.tmp.%d.score", out, (int)getpid());
     if (dd_npy_write(l0p ? stage : out, DD_NPY_F32, 3, (int64_t[]){n, Q - 1, V}, lg, &e)) {
@@ -523,6 +567,13 @@ static int cmd_score(opts *o) {
         remove(l0p);
         goto done;
     }
+    if (l0p)
+        summary("wrote %s: %lld rows x %d levels x %d logits (float32) and %s: %lld rows x %d (level 0), backend %s, "
+                "%.2f s", out, (long long)n, Q - 1, V, l0p, (long long)n, V, dd_backend_name(dd_decoder_backend(d)),
+                (now_ms() - t0) / 1e3);
+    else
+        summary("wrote %s: %lld rows x %d levels x %d logits (float32), backend %s, %.2f s", out, (long long)n, Q - 1,
+                V, dd_backend_name(dd_decoder_backend(d)), (now_ms() - t0) / 1e3);
     rc = 0;
 done:
     free(h);
@@ -586,12 +637,15 @@ static int cmd_bench(opts *o) {
         seeds[i] = (uint64_t)i;
     }
     /* one warm-up frame, then `frames` timed frames */
+    double t0 = now_ms();
     for (int f = -1; !rc && f < frames; f++) {
+        if (f >= 0) progress_line(t0, "bench", f, frames, "frames");
         for (int i = 0; i < batch; i++) fidx[i] = (uint64_t)(f + 1);
         double a = now_ms();
         if (dd_decode(d, batch, h, c0, seeds, fidx, &s, codes, &e)) rc = fail(&e);
         if (f >= 0) ms[f] = now_ms() - a;
     }
+    progress_end();
     double gbps = 0;
     if (!rc && dd_measure_read_bandwidth(used, threads, &gbps, &e)) rc = fail(&e);
     if (!rc) {
@@ -609,6 +663,19 @@ static int cmd_bench(opts *o) {
         printf("  weights        %.1f MB read per frame -> %.2f GB/s achieved\n", bytes / 1e6, bytes / (med * 1e6));
         printf("  read bandwidth %.2f GB/s measured now (%s) -> floor %.3f ms/frame, ratio to floor %.3f\n", gbps,
                dd_backend_info_get(used)->bandwidth_method, floor_ms, med / floor_ms);
+        /* what the floor means: the measurement reads a buffer larger than any cache, so it is a DRAM (or HBM)
+         * figure; weights that stay in a cache between frames are read faster, and the ratio can drop below 1 */
+        long l3 = used == DD_BACKEND_CUDA ? 0 : sysconf(_SC_LEVEL3_CACHE_SIZE);
+        printf("  floor          = %.1f MB per frame / the read bandwidth of a buffer larger than the caches (a DRAM\n"
+               "                 figure). Ratio < 1: faster than streaming every weight from memory", bytes / 1e6);
+        /* each of the Q-1 passes reads (about) the same matrices: one pass's share is the working set a cache
+         * would have to hold for the later passes of a frame to be served from it */
+        double pass = (double)bytes / (c->levels - 1);
+        if (l3 > 0)
+            printf(";\n                 one pass reads ~%.1f MB (the %d passes of a frame read the same layers): this\n"
+                   "                 host's L3 (%.0f MB) %s it (the bandwidth at that size is not measured here)",
+                   pass / 1e6, c->levels - 1, l3 / 1e6, (double)l3 >= pass ? "holds" : "cannot hold");
+        printf(".\n");
         if (js) {
             char tmp[1100];
             snprintf(tmp, sizeof tmp, "%s.tmp.%d", js, (int)getpid());
@@ -671,8 +738,13 @@ static int cmd_export(opts *o) {
     }
     dd_model *m;
     dd_error e;
+    double t0 = now_ms();
     if (model ? dd_model_load(&m, model, &e) : dd_model_synthetic(&m, syn, w, 0, &e)) return fail(&e);
     int rc = dd_model_export(m, out, &ep, &e) ? fail(&e) : 0;
+    if (!rc)
+        summary("wrote %s: native safetensors of %s, %d tensors, %s weights, %.2f s", out, dd_model_source(m),
+                dd_model_tensor_count(m), model && !wt ? dd_dtype_name(dd_model_config(m)->weight_type)
+                                                       : dd_dtype_name(w), (now_ms() - t0) / 1e3);
     dd_model_free(m);
     return rc;
 }
@@ -680,9 +752,8 @@ static int cmd_export(opts *o) {
 /* ---- quantize -------------------------------------------------------------------------------------------- */
 
 static void progress(void *ctx, int done, int total) {
-    (void)ctx;
-    fprintf(stderr, "\rdepthdec: quantizing: %d/%d matrices", done, total);
-    if (done == total) fprintf(stderr, "\n");
+    progress_line(*(const double *)ctx, "quantizing", done, total, "matrices");
+    if (done == total) progress_end();
 }
 
 static dd_export_params quant_params(opts *o, int need_bits) {
@@ -720,10 +791,15 @@ static int cmd_quantize(opts *o) {
     if (positionals(o, pos, 2) != 2) die_usage("quantize needs IN and OUT");
     dd_model *m;
     dd_error e;
+    double t0 = now_ms();
     if (dd_model_load(&m, pos[0], &e)) return fail(&e);
-    if (isatty(2)) p.progress = progress;
+    p.progress = progress;
+    p.progress_ctx = &t0;
     int rc = dd_model_export(m, pos[1], &p, &e) ? fail(&e) : 0;
-    if (!rc) fprintf(stderr, "depthdec: wrote %s (%d-bit, group %d)\n", pos[1], p.bits, p.group);
+    if (!rc)
+        summary("wrote %s: %d-bit MLX affine weights, group %d, scales %s, %s, from %s, %.2f s", pos[1], p.bits,
+                p.group, dd_dtype_name(p.scale_type), p.embeddings ? "embeddings quantized too" : "embeddings kept",
+                pos[0], (now_ms() - t0) / 1e3);
     dd_model_free(m);
     return rc;
 }
@@ -787,13 +863,16 @@ static int cmd_quality(opts *o) {
     dd_decoder *d = make_decoder(m, b, batch, threads);
     if (!d) goto done;
     int ok = 1;
+    double t0 = now_ms();
     for (int64_t r = 0; r < n && ok; r += batch) {
         int k = (int)(n - r < batch ? n - r : batch);
+        progress_line(t0, "quality: dense model", r, n, "rows");
         if (dd_score(d, k, h + r * c->input_dim, codes + r * Q, ld + r * (Q - 1) * V, NULL, &e)) ok = !fail(&e);
     }
     printf("quality: %s, %lld rows (%s), backend %s; error = |quantized - dense| / max|dense| per level\n",
            dd_model_source(m), (long long)n, hp ? "given inputs" : "random hidden states and codes",
            dd_backend_name(dd_decoder_backend(d)));
+    progress_end();
     dd_decoder_free(d);
     for (int qi = 0; qi < 2 && ok; qi++) {
         p.bits = qi == 0 ? 8 : 4;
@@ -808,8 +887,10 @@ static int cmd_quality(opts *o) {
         }
         for (int64_t r = 0; r < n && ok; r += batch) {
             int k = (int)(n - r < batch ? n - r : batch);
+            progress_line(t0, p.bits == 8 ? "quality: 8-bit model" : "quality: 4-bit model", r, n, "rows");
             if (dd_score(dq, k, h + r * c->input_dim, codes + r * Q, lq + r * (Q - 1) * V, NULL, &e)) ok = !fail(&e);
         }
+        progress_end();
         dd_decoder_free(dq);
         if (!ok) break;
         printf("\n%d-bit, group %d (scales %s):\n level   max err   mean err   top-1 agree\n", p.bits, p.group,
@@ -866,6 +947,8 @@ int main(int argc, char **argv) {
     int *used = calloc((size_t)argc, sizeof *used);
     if (!used) return 1;
     opts o = {argc - 2, argv + 2, used};
+    g_quiet = opt_flag(&o, "--quiet");
+    g_tty = !g_quiet && isatty(2);
     int rc;
     if (!strcmp(cmd, "info")) rc = cmd_info(&o);
     else if (!strcmp(cmd, "demo")) rc = cmd_demo(&o);
