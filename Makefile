@@ -131,8 +131,9 @@ $(BUILD)/test_%: tests/test_%.c $(TEST_COMMON_OBJ) $(NPY_OBJ) $(BUILD)/libdepthd
 	    $(BUILD)/libdepthdec.a $(LDFLAGS) $(LDLIBS) -lcmocka
 
 # Each test binary runs from the repository root; cmocka prints a summary per binary, this prints the total.
+# tests/test_install.sh installs into a temporary PREFIX and builds examples/decode.c against it with pkg-config.
 test: tests
-	@bash tests/run_all.sh $(BUILD) $(TESTS)
+	@CC="$(CC)" DD_BUILD=$(BUILD) bash tests/run_all.sh $(BUILD) $(TESTS) tests/test_install.sh
 
 clean:
 	rm -rf $(BUILD)
