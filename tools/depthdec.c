@@ -352,7 +352,25 @@ static int cmd_demo(opts *o) {
 
 /* ---- generate / score ------------------------------------------------------------------------------------ */
 
-static float *read_hidden(const char *path, int input_dim, int64_t *n) {
+/* The library's input check (dd_input_check, the one the Python package applies too) on a .npy file's dtype and
+ * shape; label "FILE (OPTION)". */
+static int npy_input_ok(const dd_model *m, dd_input what, const dd_npy *a, int64_t rows, const char *path,
+                        const char *opt) {
+    static const struct { char kind; int size; } k[] = {
+        [DD_NPY_F32] = {'f', 4}, [DD_NPY_F16] = {'f', 2}, [DD_NPY_F64] = {'f', 8}, [DD_NPY_I32] = {'i', 4},
+        [DD_NPY_I64] = {'i', 8}};
+    char label[1100];
+    dd_error e;
+    snprintf(label, sizeof label, "%s (%s)", path, opt);
+    if (dd_input_check(m, what, k[a->dtype].kind, k[a->dtype].size, a->ndim, a->shape, rows, label, &e)) {
+        fail(&e);
+        return 0;
+    }
+    return 1;
+}
+
+static float *read_hidden(const dd_model *m, const char *path, int64_t *n) {
+    int input_dim = dd_model_config(m)->input_dim;
     dd_npy a;
     dd_error e;
     if (dd_npy_read(path, &a, &e)) {
@@ -360,14 +378,10 @@ static float *read_hidden(const char *path, int input_dim, int64_t *n) {
         return NULL;
     }
     float *h = NULL;
-    if (dd_npy_to_f32(&a, path, "--hidden", 2, (int64_t[]){-1, input_dim}, &h, &e)) fail(&e);
+    if (!npy_input_ok(m, DD_INPUT_HIDDEN, &a, 0, path, "--hidden")) h = NULL;
+    else if (dd_npy_to_f32(&a, path, "--hidden", 2, (int64_t[]){-1, input_dim}, &h, &e)) fail(&e);
     else *n = a.shape[0];
     dd_npy_free(&a);
-    if (h && *n == 0) {
-        fprintf(stderr, "depthdec: %s (--hidden): no rows\n", path);
-        free(h);
-        return NULL;
-    }
     /* Checked here, before any work, so that the message names the file's row (the library only knows the
      * row within one batch). */
     for (int64_t r = 0; h && r < *n; r++)
@@ -382,7 +396,8 @@ static float *read_hidden(const char *path, int input_dim, int64_t *n) {
 }
 
 /* codes [n, Q] (ndim 2) or c0 [n] (ndim 1), each value checked to lie in [0, V) (message names the file row). */
-static int32_t *read_codes(const char *path, const char *what, int ndim, const int64_t *shape, int V) {
+static int32_t *read_codes(const dd_model *m, const char *path, const char *what, int ndim, const int64_t *shape,
+                           int V) {
     dd_npy a;
     dd_error e;
     if (dd_npy_read(path, &a, &e)) {
@@ -390,7 +405,8 @@ static int32_t *read_codes(const char *path, const char *what, int ndim, const i
         return NULL;
     }
     int32_t *c = NULL;
-    if (dd_npy_to_i32(&a, path, what, ndim, shape, &c, &e)) fail(&e);
+    if (!npy_input_ok(m, ndim == 1 ? DD_INPUT_C0 : DD_INPUT_CODES, &a, shape[0], path, what)) c = NULL;
+    else if (dd_npy_to_i32(&a, path, what, ndim, shape, &c, &e)) fail(&e);
     dd_npy_free(&a);
     int64_t per_row = ndim == 2 ? shape[1] : 1;
     for (size_t i = 0; c && i < (size_t)(shape[0] * per_row); i++)
@@ -443,9 +459,9 @@ static int cmd_generate(opts *o) {
     int32_t *c0 = NULL, *codes = NULL;
     uint64_t *seeds = NULL, *frames = NULL;
     dd_decoder *d = NULL;
-    float *h = read_hidden(hid, c->input_dim, &n);
+    float *h = read_hidden(m, hid, &n);
     if (!h) goto done;
-    if (c0p && !(c0 = read_codes(c0p, "--c0", 1, (int64_t[]){n}, c->codebook_size))) goto done;
+    if (c0p && !(c0 = read_codes(m, c0p, "--c0", 1, (int64_t[]){n}, c->codebook_size))) goto done;
     if (!c0 && !c->has_head0) {
         fprintf(stderr, "depthdec: %s: the model has no head0, so --c0 is required\n", model);
         goto done;
@@ -520,9 +536,9 @@ static int cmd_score(opts *o) {
     int32_t *codes = NULL;
     float *lg = NULL, *l0 = NULL;
     dd_decoder *d = NULL;
-    float *h = read_hidden(hid, c->input_dim, &n);
+    float *h = read_hidden(m, hid, &n);
     if (!h) goto done;
-    if (!(codes = read_codes(cp, "--codes", 2, (int64_t[]){n, Q}, V))) goto done;
+    if (!(codes = read_codes(m, cp, "--codes", 2, (int64_t[]){n, Q}, V))) goto done;
     if (l0p && !c->has_head0) {
         fprintf(stderr, "depthdec: %s: the model has no head0, so --logits0 cannot be written\n", model);
         goto done;
@@ -842,7 +858,7 @@ static int cmd_quality(opts *o) {
     float *h = NULL, *ld = NULL, *lq = NULL;
     int32_t *codes = NULL;
     if (hp) {
-        if (!(h = read_hidden(hp, c->input_dim, &n)) || !(codes = read_codes(cp, "--codes", 2, (int64_t[]){n, Q}, V)))
+        if (!(h = read_hidden(m, hp, &n)) || !(codes = read_codes(m, cp, "--codes", 2, (int64_t[]){n, Q}, V)))
             goto done;
     } else {
         h = malloc((size_t)n * c->input_dim * sizeof *h);
