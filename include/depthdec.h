@@ -204,6 +204,11 @@ DD_API dd_status dd_score(dd_decoder *d, int n, const float *hidden, const int32
  * cuda: a large device-to-device copy, counting bytes read plus written. Allocates and frees its buffers.
  * DD_BACKEND_AUTO measures the backend auto picks; DD_EUNSUPPORTED when the backend is not built or cannot run. */
 DD_API dd_status dd_measure_read_bandwidth(dd_backend b, int threads, double *gbps, dd_error *err);
+/* The same streaming read over a buffer of `bytes` (>= 1 MiB; e.g. one pass's weights, which may fit a cache), read
+ * repeatedly so that each timed repetition covers at least 1 GiB; best of 5. Host-memory backends (ref, cpu) only:
+ * DD_EUNSUPPORTED for cuda. */
+DD_API dd_status dd_measure_read_bandwidth_size(dd_backend b, int threads, uint64_t bytes, double *gbps,
+                                                dd_error *err);
 
 /* ---- input arrays: the one check the CLI and the Python package both apply ------------------------------------ */
 

@@ -636,10 +636,18 @@ static void test_info(void **state) {
 
 static void test_bench_json(void **state) {
     const char *J = P("bench.json");
-    run_ok("bench --model %s --frames 2 --backend ref --json %s", g_tiny, J);
-    assert_non_null(strstr(g_out, "ms/frame"));
+    /* the GPT dims on cpu: one pass's working set (~105 MB) is measured as well (a tiny model's is under 1 MiB) */
+    run_ok("bench --synthetic gpt --frames 1 --backend cpu --json %s", J);
+    assert_non_null(strstr(g_out, "over one pass's working set"));
     json_error_t je;
     json_t *o = json_load_file(J, 0, &je);
+    assert_non_null(o);
+    assert_true(json_number_value(json_object_get(o, "working_set_bytes")) > 100e6);
+    assert_true(json_number_value(json_object_get(o, "read_GBps_working_set")) > 0);
+    json_decref(o);
+    run_ok("bench --model %s --frames 2 --backend ref --json %s", g_tiny, J);
+    assert_non_null(strstr(g_out, "ms/frame"));
+    o = json_load_file(J, 0, &je);
     if (!o) fail_msg("%s: %s", J, je.text);
     assert_true(json_is_object(o));
     assert_string_equal(json_string_value(json_object_get(o, "backend")), "ref");
@@ -665,6 +673,17 @@ static void test_bench_json(void **state) {
     double ratio = json_number_value(json_object_get(o, "ratio_to_floor"));
     assert_true(fabs(fl - bytes / (gbps * 1e9) * 1e3) <= 1e-2 * fl);
     assert_true(fabs(ratio - ms / fl) <= 1e-2 * ratio);
+    /* the second floor: the read bandwidth over one pass's working set (weight bytes / (Q-1)), measured on host
+     * backends, and the same arithmetic */
+    double ws = json_number_value(json_object_get(o, "working_set_bytes"));
+    double wgbps = json_number_value(json_object_get(o, "read_GBps_working_set"));
+    double wfl = json_number_value(json_object_get(o, "floor_ms_working_set"));
+    double wratio = json_number_value(json_object_get(o, "ratio_to_working_set_floor"));
+    if (ws >= 1048576) {
+        assert_true(wgbps > 0);
+        assert_true(fabs(wfl - bytes / (wgbps * 1e9) * 1e3) <= 1e-2 * wfl);
+        assert_true(fabs(wratio - ms / wfl) <= 1e-2 * wratio);
+    }
     json_decref(o);
     assert_no_tmp_files();
 }

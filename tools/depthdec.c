@@ -662,8 +662,13 @@ static int cmd_bench(opts *o) {
         if (f >= 0) ms[f] = now_ms() - a;
     }
     progress_end();
-    double gbps = 0;
+    double gbps = 0, ws_gbps = 0;
+    /* each of the Q-1 passes reads (about) the same matrices: one pass's share is the working set a cache would
+     * have to hold for the later passes of a frame to be served from it; measured where the backend can */
+    uint64_t ws_bytes = dd_model_weight_bytes_per_frame(m) / (uint64_t)(c->levels - 1);
     if (!rc && dd_measure_read_bandwidth(used, threads, &gbps, &e)) rc = fail(&e);
+    if (!rc && ws_bytes >= (1u << 20) && dd_measure_read_bandwidth_size(used, threads, ws_bytes, &ws_gbps, &e))
+        ws_gbps = 0; /* not measured for this backend (cuda): said below */
     if (!rc) {
         qsort(ms, (size_t)frames, sizeof *ms, cmp_double);
         double med = ms[frames / 2];
@@ -679,18 +684,21 @@ static int cmd_bench(opts *o) {
         printf("  weights        %.1f MB read per frame -> %.2f GB/s achieved\n", bytes / 1e6, bytes / (med * 1e6));
         printf("  read bandwidth %.2f GB/s measured now (%s) -> floor %.3f ms/frame, ratio to floor %.3f\n", gbps,
                dd_backend_info_get(used)->bandwidth_method, floor_ms, med / floor_ms);
-        /* what the floor means: the measurement reads a buffer larger than any cache, so it is a DRAM (or HBM)
-         * figure; weights that stay in a cache between frames are read faster, and the ratio can drop below 1 */
+        double ws_floor = ws_gbps > 0 ? bytes / (ws_gbps * 1e9) * 1e3 : 0;
+        if (ws_gbps > 0)
+            printf("  read bandwidth %.2f GB/s over one pass's working set (%.1f MB) -> floor %.3f ms/frame, ratio "
+                   "%.3f\n", ws_gbps, ws_bytes / 1e6, ws_floor, med / ws_floor);
+        /* what the floors mean: the first reads a buffer larger than any cache, so it is a DRAM (or HBM) figure;
+         * weights that stay in a cache between passes are read faster, and that ratio can drop below 1 */
         long l3 = used == DD_BACKEND_CUDA ? 0 : sysconf(_SC_LEVEL3_CACHE_SIZE);
-        printf("  floor          = %.1f MB per frame / the read bandwidth of a buffer larger than the caches (a DRAM\n"
-               "                 figure). Ratio < 1: faster than streaming every weight from memory", bytes / 1e6);
-        /* each of the Q-1 passes reads (about) the same matrices: one pass's share is the working set a cache
-         * would have to hold for the later passes of a frame to be served from it */
-        double pass = (double)bytes / (c->levels - 1);
-        if (l3 > 0)
-            printf(";\n                 one pass reads ~%.1f MB (the %d passes of a frame read the same layers): this\n"
-                   "                 host's L3 (%.0f MB) %s it (the bandwidth at that size is not measured here)",
-                   pass / 1e6, c->levels - 1, l3 / 1e6, (double)l3 >= pass ? "holds" : "cannot hold");
+        printf("  floors         = %.1f MB per frame / a read bandwidth: the first from a buffer larger than the\n"
+               "                 caches (a DRAM figure; ratio < 1: faster than streaming every weight from memory),\n"
+               "                 the second from one pass's weights (the %d passes of a frame read the same layers)",
+               bytes / 1e6, c->levels - 1);
+        if (l3 > 0) printf(";\n                 this host's L3 (%.0f MB) %s that working set", l3 / 1e6,
+                           (double)l3 >= (double)ws_bytes ? "holds" : "cannot hold");
+        if (ws_gbps <= 0)
+            printf(ws_bytes < (1u << 20) ? " (not measured: under 1 MiB)" : " (not measured for this backend)");
         printf(".\n");
         if (js) {
             char tmp[1100];
@@ -706,9 +714,12 @@ static int cmd_bench(opts *o) {
                              "\"frames\": %d, \"threads\": %d, \"ms_per_frame\": %.6f, \"ms_min\": %.6f, "
                              "\"ms_max\": %.6f, \"stream_frames_per_s\": %.3f, \"weight_bytes_per_frame\": %llu, "
                              "\"read_GBps\": %.3f, \"floor_ms_per_frame\": %.6f, \"ratio_to_floor\": %.4f, "
+                             "\"working_set_bytes\": %llu, \"read_GBps_working_set\": %.3f, "
+                             "\"floor_ms_working_set\": %.6f, \"ratio_to_working_set_floor\": %.4f, "
                              "\"date\": \"%s\"}\n",
                              dd_backend_name(used), mname, wname, batch, frames, threads, med, ms[0], ms[frames - 1],
                              batch * 1000.0 / med, (unsigned long long)bytes, gbps, floor_ms, med / floor_ms,
+                             (unsigned long long)ws_bytes, ws_gbps, ws_floor, ws_floor > 0 ? med / ws_floor : 0.0,
                              date) > 0;
                 ok = (fclose(fp) == 0) && ok;
             }
