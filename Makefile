@@ -1,4 +1,5 @@
-# depthdec — `make` builds the library (static + shared), the CLI and the tests; `make test` runs the tests.
+# depthdec — `make` builds the library (static + shared) and the CLI (needs jansson, not cmocka); `make tests` builds
+# the test programs (needs cmocka), `make test` builds and runs them.
 # CUDA is opt-in: `make CUDA=1 CUDA_ARCH=sm_90`. `make install PREFIX=/usr/local` (DESTDIR honoured) installs the
 # header, both libraries, depthdec.pc and the CLI.
 
@@ -52,9 +53,26 @@ $(BUILD)/obj/cpu/cpu_kern_avx512.o: override CFLAGS += -mavx512f -mavx512bw -mav
 # examples/: programs over the public API only (header + library), built by `make` and run by tests/test_examples.c
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
 
-.PHONY: all lib test clean install
-all: lib $(BUILD)/depthdec $(TESTS) $(EXAMPLES)
+.PHONY: all lib tests test clean install deps-lib deps-test
+all: lib $(BUILD)/depthdec $(EXAMPLES)
 lib: $(BUILD)/libdepthdec.a $(BUILD)/libdepthdec.so $(BUILD)/depthdec.pc
+tests: all $(TESTS)
+
+# Dependencies, checked before anything compiles, so that a missing one is named with its Debian package instead
+# of a compiler's "jansson.h: No such file or directory". Order-only prerequisites: they never force a rebuild.
+# $(call need_header,HEADER,NAME,DEBIAN_PACKAGE): preprocess a file that includes HEADER (after the headers
+# cmocka.h assumes), or stop with the package to install.
+HASH := \#
+need_header = printf '$(HASH)include <stdarg.h>\n$(HASH)include <stddef.h>\n$(HASH)include <stdint.h>\n$(HASH)include <setjmp.h>\n$(HASH)include <$(1)>\n' \
+    | $(CC) $(filter-out -I%,$(CFLAGS)) $(CPPFLAGS) -E -x c - >/dev/null 2>&1 || { \
+    echo "depthdec: $(2) not found ($(1) does not compile with $(CC)): install it (Debian/Ubuntu: apt-get install $(3)," \
+         "or run scripts/deps.sh)" >&2; exit 1; }
+deps-lib:
+	@$(call need_header,jansson.h,jansson,libjansson-dev)
+deps-test:
+	@$(call need_header,cmocka.h,cmocka,libcmocka-dev)
+$(LIB_OBJ) $(NPY_OBJ) $(BUILD)/depthdec: | deps-lib
+$(TEST_COMMON_OBJ) $(TESTS): | deps-test
 
 # Library objects are compiled with hidden visibility: libdepthdec.so exports only the functions that
 # include/depthdec.h marks DD_API. Tests, the CLI and the Python package link the static archive, where the
@@ -120,8 +138,9 @@ $(BUILD)/test_%: tests/test_%.c $(TEST_COMMON_OBJ) $(NPY_OBJ) $(BUILD)/libdepthd
 	    $(BUILD)/libdepthdec.a $(LDFLAGS) $(LDLIBS) -lcmocka
 
 # Each test binary runs from the repository root; cmocka prints a summary per binary, this prints the total.
-test: all
-	@bash tests/run_all.sh $(BUILD) $(TESTS)
+# tests/test_install.sh installs into a temporary PREFIX and builds examples/decode.c against it with pkg-config.
+test: tests
+	@CC="$(CC)" DD_BUILD=$(BUILD) bash tests/run_all.sh $(BUILD) $(TESTS) tests/test_install.sh
 
 clean:
 	rm -rf $(BUILD)

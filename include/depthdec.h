@@ -233,6 +233,28 @@ DD_API dd_status dd_score(dd_decoder *d, int n, const float *hidden, const int32
  * cuda: a large device-to-device copy, counting bytes read plus written. Allocates and frees its buffers.
  * DD_BACKEND_AUTO measures the backend auto picks; DD_EUNSUPPORTED when the backend is not built or cannot run. */
 DD_API dd_status dd_measure_read_bandwidth(dd_backend b, int threads, double *gbps, dd_error *err);
+/* The same streaming read over a buffer of `bytes` (>= 1 MiB; e.g. one pass's weights, which may fit a cache), read
+ * repeatedly so that each timed repetition covers at least 1 GiB; best of 5. Host-memory backends (ref, cpu) only:
+ * DD_EUNSUPPORTED for cuda. */
+DD_API dd_status dd_measure_read_bandwidth_size(dd_backend b, int threads, uint64_t bytes, double *gbps,
+                                                dd_error *err);
+
+/* ---- input arrays: the one check the CLI and the Python package both apply ------------------------------------ */
+
+/* Which input an array is. */
+typedef enum dd_input { DD_INPUT_HIDDEN = 0, DD_INPUT_C0 = 1, DD_INPUT_CODES = 2 } dd_input;
+
+/* Whether an array described NumPy-style (dtype kind 'f' float, 'i' signed, 'u' unsigned, 'b' bool, ... and its
+ * item size in bytes; ndim and shape) is acceptable as `what` for model m, before its values are looked at:
+ *   hidden  float (itemsize 2, 4 or 8: float16/float64 are converted to float32), [N, input_dim], N >= 1
+ *   c0      signed integer (itemsize 4 or 8: int32/int64), [rows]
+ *   codes   signed integer (itemsize 4 or 8), [rows, levels]
+ * rows = N of the hidden array (ignored for hidden). DD_EINVAL with a message starting with `label` (e.g. the file
+ * and option, "h.npy (--hidden)") that names the dtype or shape and what is wanted, e.g.
+ * "c.npy (--codes): dtype int8, want int32 or int64". Values (finite, codes in [0, V)) are checked by
+ * dd_decode/dd_score. Thread-safe; m must not be NULL. */
+DD_API dd_status dd_input_check(const dd_model *m, dd_input what, char kind, int itemsize, int ndim,
+                                const int64_t *shape, int64_t rows, const char *label, dd_error *err);
 
 /* ---- sampling rule, exposed for tests and other engines ---------------------------------------------------- */
 

@@ -43,7 +43,7 @@ if has build; then
         touch $B/cuobj/*.o
         echo "reusing prebuilt CUDA objects" | tee -a "$LOG"
     fi
-    if ! make CUDA=1 CUDA_ARCH=sm_90 BUILD=$B -j"$(nproc)" >>"$LOG" 2>&1; then
+    if ! make CUDA=1 CUDA_ARCH=sm_90 BUILD=$B -j"$(nproc)" tests >>"$LOG" 2>&1; then
         summary "BUILD FAILED"; tail -30 "$LOG"; exit 1
     fi
     grep -E "warning|error" "$LOG" | grep -v "^make" | head -20

@@ -17,6 +17,7 @@ typedef struct bw_job {
     double t0, t1;
     int fill;
     size_t base;
+    int passes; /* timed reads of the slice, one after the other */
 } bw_job;
 
 static double now_s(void) {
@@ -69,13 +70,16 @@ static void *bw_thread(void *arg) {
     }
     pthread_barrier_wait(j->bar);
     j->t0 = now_s();
+    j->sum = 0;
+    for (int k = 0; k < j->passes; k++) {
 #if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx512f")) j->sum = sum_avx512(j->p, j->n);
-    else if (__builtin_cpu_supports("avx2")) j->sum = sum_avx2(j->p, j->n);
-    else j->sum = sum_scalar(j->p, j->n);
+        if (__builtin_cpu_supports("avx512f")) j->sum += sum_avx512(j->p, j->n);
+        else if (__builtin_cpu_supports("avx2")) j->sum += sum_avx2(j->p, j->n);
+        else j->sum += sum_scalar(j->p, j->n);
 #else
-    j->sum = sum_scalar(j->p, j->n);
+        j->sum += sum_scalar(j->p, j->n);
 #endif
+    }
     j->t1 = now_s();
     return NULL;
 }
@@ -94,12 +98,22 @@ static void *bw_thread(void *arg) {
  * mmapped, are 4 KiB pages too: a huge-page buffer reads ~5% faster in the same plateau), and a longer run only
  * catches more plateaus. The ratio to floor is meaningful only when frames and this read see the same plateau. */
 dd_status dd_host_read_bandwidth(int threads, double *gbps, dd_error *err) {
+    return dd_host_read_bandwidth_size(threads, (uint64_t)1 << 30, gbps, err);
+}
+
+/* A buffer smaller than 1 GiB is read `passes` times per timed repetition (each thread re-reads its own slice, as
+ * each pass of a frame re-reads the same weights), so the timed region stays long against the barrier. */
+dd_status dd_host_read_bandwidth_size(int threads, uint64_t bytes_, double *gbps, dd_error *err) {
     if (threads <= 0) threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (threads < 1) threads = 1;
     if (threads > 256) threads = 256;
-    size_t bytes = (size_t)1 << 30, n = bytes / 8;
+    if (bytes_ < ((uint64_t)1 << 20) || bytes_ > ((uint64_t)1 << 40))
+        return dd_fail(err, DD_EINVAL, "bandwidth: buffer of %llu bytes outside [1 MiB, 1 TiB]",
+                       (unsigned long long)bytes_);
+    size_t bytes = (size_t)bytes_ / 256 * 256, n = bytes / 8;
+    int passes = bytes >= ((size_t)1 << 30) ? 1 : (int)((((size_t)1 << 30) + bytes - 1) / bytes);
     uint64_t *buf = malloc(bytes);
-    if (!buf) return dd_fail(err, DD_ENOMEM, "bandwidth: cannot allocate 1 GiB");
+    if (!buf) return dd_fail(err, DD_ENOMEM, "bandwidth: cannot allocate %.0f MB", bytes / 1e6);
     bw_job jobs[256];
     pthread_t tid[256];
     pthread_barrier_t bar;
@@ -110,7 +124,8 @@ dd_status dd_host_read_bandwidth(int threads, double *gbps, dd_error *err) {
         pthread_barrier_init(&bar, NULL, (unsigned)threads);
         size_t per = n / threads / 32 * 32;
         for (int t = 0; t < threads; t++)
-            jobs[t] = (bw_job){.p = buf + per * t, .n = per, .bar = &bar, .fill = rep < 0, .base = per * t};
+            jobs[t] = (bw_job){.p = buf + per * t, .n = per, .bar = &bar, .fill = rep < 0, .base = per * t,
+                               .passes = rep < 0 ? 1 : passes};
         for (int t = 1; t < threads; t++) pthread_create(&tid[t], NULL, bw_thread, &jobs[t]);
         bw_thread(&jobs[0]);
         for (int t = 1; t < threads; t++) pthread_join(tid[t], NULL);
@@ -121,7 +136,7 @@ dd_status dd_host_read_bandwidth(int threads, double *gbps, dd_error *err) {
             if (jobs[t].t1 > t1) t1 = jobs[t].t1;
             sink += jobs[t].sum;
         }
-        double g = (double)(per * 8 * threads) / (t1 - t0) / 1e9;
+        double g = (double)(per * 8 * threads) * passes / (t1 - t0) / 1e9;
         if (rep >= 0 && g > best) best = g;
     }
     (void)sink;
@@ -136,4 +151,16 @@ dd_status dd_measure_read_bandwidth(dd_backend b, int threads, double *gbps, dd_
     const dd_backend_row *row;
     dd_status s = dd_registry_pick(b, &row, err);
     return s ? s : row->read_bandwidth(threads, gbps, err);
+}
+
+dd_status dd_measure_read_bandwidth_size(dd_backend b, int threads, uint64_t bytes, double *gbps, dd_error *err) {
+    dd_error_clear(err);
+    if (!gbps) return dd_fail(err, DD_EINVAL, "dd_measure_read_bandwidth_size: gbps is NULL");
+    const dd_backend_row *row;
+    dd_status s = dd_registry_pick(b, &row, err);
+    if (s) return s;
+    if (!row->read_bandwidth_size)
+        return dd_fail(err, DD_EUNSUPPORTED, "backend %s: read bandwidth at a given size is not measured",
+                       row->info.name);
+    return row->read_bandwidth_size(threads, bytes, gbps, err);
 }

@@ -73,8 +73,11 @@ static void put_mat(writer *w, const char *base, const dd_weight *const *parts, 
                  parts[0]->group == p->group;
     for (int i = 1; keep_q && i < nparts; i++) keep_q = parts[i]->group == p->group && parts[i]->sb_type == parts[0]->sb_type;
     if (quantize && K % p->group) {
-        w->l.st = dd_fail(w->l.err, DD_EINVAL, "%s: %lld columns are not divisible by --group-size %d", name,
-                          (long long)K, p->group);
+        int fit = K % 128 == 0 ? 128 : K % 64 == 0 ? 64 : K % 32 == 0 ? 32 : 0; /* a size that divides K */
+        char hint[80] = "; no group size 32, 64 or 128 divides it";
+        if (fit) snprintf(hint, sizeof hint, "; try --group-size %d", fit);
+        w->l.st = dd_fail(w->l.err, DD_EINVAL, "%s: %lld columns are not divisible by --group-size %d%s", name,
+                          (long long)K, p->group, hint);
         return;
     }
     float *row = malloc((size_t)K * sizeof *row);

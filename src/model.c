@@ -653,6 +653,25 @@ dd_status dd_model_load_from_maps(dd_model *m, const char *label, int csm, dd_er
     return s;
 }
 
+/* The file an HF CSM directory holds (DIR/model.safetensors or DIR/model.safetensors.index.json, with a config.json
+ * of model_type "csm" beside it) stands for its directory: users pass the file they see. Writes DIR into dir and
+ * returns 1 then; 0 otherwise (any other file, or a config.json that is missing, unreadable or not CSM's). */
+static int csm_dir_of_file(const char *path, char *dir, size_t cap) {
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    if (strcmp(base, "model.safetensors") != 0 && strcmp(base, "model.safetensors.index.json") != 0) return 0;
+    int dl = slash ? (int)(slash - path) : 1;
+    if (slash && dl == 0) dl = 1; /* "/model.safetensors": the root */
+    char cfg[1200];
+    snprintf(dir, cap, "%.*s", dl, slash ? path : ".");
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    dd_status st;
+    json_t *j = is_file(cfg) ? load_json(cfg, &st, NULL) : NULL;
+    const char *mt = j ? json_string_value(json_object_get(j, "model_type")) : NULL;
+    int csm = mt && strcmp(mt, "csm") == 0;
+    json_decref(j);
+    return csm;
+}
+
 dd_status dd_model_load(dd_model **out, const char *path, dd_error *err) {
     dd_error_clear(err);
     if (!out) return dd_fail(err, DD_EINVAL, "dd_model_load: out is NULL");
@@ -661,7 +680,12 @@ dd_status dd_model_load(dd_model **out, const char *path, dd_error *err) {
     dd_model *m = calloc(1, sizeof *m);
     if (!m) return dd_fail(err, DD_ENOMEM, "%s: out of memory", path);
     snprintf(m->source, sizeof m->source, "%s", path);
+    char dir[1100];
     int csm = is_dir(path);
+    if (!csm && csm_dir_of_file(path, dir, sizeof dir)) {
+        csm = 1;
+        path = dir;
+    }
     dd_status s = csm ? open_hf_dir(m, path, err) : open_native(m, path, err);
     if (!s) s = dd_model_load_from_maps(m, path, csm, err);
     if (s) {

@@ -48,11 +48,13 @@ const dd_backend_row dd_registry[] = {
     {.info = {DD_BACKEND_REF, "ref", "streaming read", 3},
      .vt = &dd_ref_backend,
      .read_bandwidth = dd_host_read_bandwidth,
+     .read_bandwidth_size = dd_host_read_bandwidth_size,
      .test = {.oracle = 1, .host_memory = 1}},
 #ifdef DD_WITH_CPU
     {.info = {DD_BACKEND_CPU, "cpu", "streaming read", 20},
      .vt = &dd_cpu_backend,
      .read_bandwidth = dd_host_read_bandwidth,
+     .read_bandwidth_size = dd_host_read_bandwidth_size,
      .test = {.nvariants = DD_CPU_NISA,
               .variant_name = cpu_variant_name,
               .variant_supported = cpu_variant_supported,

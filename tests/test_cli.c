@@ -636,10 +636,18 @@ static void test_info(void **state) {
 
 static void test_bench_json(void **state) {
     const char *J = P("bench.json");
-    run_ok("bench --model %s --frames 2 --backend ref --json %s", g_tiny, J);
-    assert_non_null(strstr(g_out, "ms/frame"));
+    /* the GPT dims on cpu: one pass's working set (~105 MB) is measured as well (a tiny model's is under 1 MiB) */
+    run_ok("bench --synthetic gpt --frames 1 --backend cpu --json %s", J);
+    assert_non_null(strstr(g_out, "over one pass's working set"));
     json_error_t je;
     json_t *o = json_load_file(J, 0, &je);
+    assert_non_null(o);
+    assert_true(json_number_value(json_object_get(o, "working_set_bytes")) > 100e6);
+    assert_true(json_number_value(json_object_get(o, "read_GBps_working_set")) > 0);
+    json_decref(o);
+    run_ok("bench --model %s --frames 2 --backend ref --json %s", g_tiny, J);
+    assert_non_null(strstr(g_out, "ms/frame"));
+    o = json_load_file(J, 0, &je);
     if (!o) fail_msg("%s: %s", J, je.text);
     assert_true(json_is_object(o));
     assert_string_equal(json_string_value(json_object_get(o, "backend")), "ref");
@@ -665,6 +673,17 @@ static void test_bench_json(void **state) {
     double ratio = json_number_value(json_object_get(o, "ratio_to_floor"));
     assert_true(fabs(fl - bytes / (gbps * 1e9) * 1e3) <= 1e-2 * fl);
     assert_true(fabs(ratio - ms / fl) <= 1e-2 * ratio);
+    /* the second floor: the read bandwidth over one pass's working set (weight bytes / (Q-1)), measured on host
+     * backends, and the same arithmetic */
+    double ws = json_number_value(json_object_get(o, "working_set_bytes"));
+    double wgbps = json_number_value(json_object_get(o, "read_GBps_working_set"));
+    double wfl = json_number_value(json_object_get(o, "floor_ms_working_set"));
+    double wratio = json_number_value(json_object_get(o, "ratio_to_working_set_floor"));
+    if (ws >= 1048576) {
+        assert_true(wgbps > 0);
+        assert_true(fabs(wfl - bytes / (wgbps * 1e9) * 1e3) <= 1e-2 * wfl);
+        assert_true(fabs(wratio - ms / wfl) <= 1e-2 * wratio);
+    }
     json_decref(o);
     assert_no_tmp_files();
 }
@@ -676,8 +695,53 @@ static void test_demo(void **state) {
         if (!strstr(g_out, want[i])) fail_msg("demo: lacks '%s':\n%s", want[i], g_out);
 }
 
+/* The CLI talks (issue 16): one "depthdec: wrote ..." line on stderr after generate, score, export and quantize,
+ * naming the file and the rows or what was written; --quiet: nothing on stderr. (stderr is a file here, not a
+ * terminal, so no progress lines.) */
+static void expect_summary(const char *cmd_fmt_args, const char *out, const char *what) {
+    char q[4200];
+    run_ok("%s", cmd_fmt_args);
+    if (strncmp(g_err, "depthdec: wrote ", 16) != 0 || !strstr(g_err, out) || !strstr(g_err, what))
+        fail_msg("depthdec %s: want one 'depthdec: wrote %s ...%s...' line on stderr, got: '%s'", cmd_fmt_args, out,
+                 what, g_err);
+    char *nl = strchr(g_err, '\n');
+    if (!nl || nl[1]) fail_msg("depthdec %s: stderr is not one line: '%s'", cmd_fmt_args, g_err);
+    if (!strstr(g_err, " s\n")) fail_msg("depthdec %s: summary lacks the time: '%s'", cmd_fmt_args, g_err);
+    snprintf(q, sizeof q, "%s --quiet", cmd_fmt_args);
+    run_ok("%s", q);
+    if (g_err[0]) fail_msg("depthdec %s: stderr not empty: '%s'", q, g_err);
+}
+
+static void test_summary_lines(void **state) {
+    char a[3000];
+    const char *O = P("sum.npy"), *X = P("sum.safetensors"), *Q8 = P("sum_q8.safetensors");
+    const char *H = FX "gpt_bf16_hidden.npy", *M = FX "gpt_bf16.safetensors", *C = FX "gpt_bf16_codes.npy";
+    snprintf(a, sizeof a, "generate --model %s --hidden %s --out %s --backend ref", M, H, O);
+    expect_summary(a, O, "6 rows x 8 codes");
+    snprintf(a, sizeof a, "score --model %s --hidden %s --codes %s --out %s --backend ref", M, H, C, O);
+    expect_summary(a, O, "6 rows x 7 levels x 64 logits");
+    snprintf(a, sizeof a, "export --synthetic tiny-gpt --out %s", X);
+    expect_summary(a, X, "tensors");
+    snprintf(a, sizeof a, "quantize %s %s --bits 8 --group-size 32", X, Q8);
+    expect_summary(a, Q8, "8-bit");
+}
+
+/* The file inside an HF CSM directory loads as the directory; a group size that does not divide a width is
+ * refused with one that does. */
+static void test_csm_file_and_group_hint(void **state) {
+    run_ok("info " FX "csm_tiny/model.safetensors");
+    if (!strstr(g_out, "llama") || !strstr(g_out, "levels       8")) fail_msg("info of the CSM file: %s", g_out);
+    const char *O = P("g64.safetensors");
+    expect_fail(1, O, NEEDLES("not divisible by --group-size 64", "try --group-size 32"),
+                "quantize " FX "csm_tiny %s --bits 8", O);
+    expect_fail(1, NULL, NEEDLES("not divisible by --group-size 64", "try --group-size 32"),
+                "quality " FX "csm_tiny --rows 2");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_summary_lines),
+        cmocka_unit_test(test_csm_file_and_group_hint),
         cmocka_unit_test(test_usage_errors),
         cmocka_unit_test(test_runtime_errors),
         cmocka_unit_test(test_help),

@@ -36,6 +36,8 @@ static const char *USAGE =
 static const char *USAGE_TAIL =
     "Rows of --hidden are consecutive frames of one stream: row n uses seed S and frame F + n.\n"
     "Defaults: --temperature 0.9 --top-k 50 (CSM's); --greedy means temperature 0.\n"
+    "generate/score/export/quantize print one 'depthdec: wrote ...' line on stderr; long work shows progress on a\n"
+    "terminal; --quiet (any command) silences both (errors are always printed).\n"
     "Run 'depthdec COMMAND --help' for one command.\n";
 
 /* The library's backends, from its table (dd_backend_at: slowest first; reverse: fastest first), joined by sep and,
@@ -76,8 +78,38 @@ static void die_usage(const char *fmt, ...) {
     exit(EXIT_USAGE);
 }
 
+/* Talking: after generate/score/export/quantize one summary line on stderr ("depthdec: wrote ..."), and progress
+ * for long work ("\r"-updated, only once it has run ~2 s) when stderr is a terminal; --quiet silences both. Errors
+ * are printed whatever --quiet says. */
+static int g_quiet, g_tty;
+
+static void summary(const char *fmt, ...) {
+    if (g_quiet) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "depthdec: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+}
+
+static double now_ms(void);
+
+/* Progress "what: done/total unit" for work started at t0 (ms); shown only on a terminal, after 2 s. */
+static int g_progress_shown;
+static void progress_line(double t0, const char *what, long long done, long long total, const char *unit) {
+    if (!g_tty || now_ms() - t0 < 2000) return;
+    fprintf(stderr, "\rdepthdec: %s: %lld/%lld %s, %.0f s ", what, done, total, unit, (now_ms() - t0) / 1e3);
+    g_progress_shown = 1;
+}
+static void progress_end(void) {
+    if (g_progress_shown) fprintf(stderr, "\n");
+    g_progress_shown = 0;
+}
+
 /* Library errors: the message already names the file/tensor/argument. */
 static int fail(const dd_error *e) {
+    progress_end();
     fprintf(stderr, "depthdec: %s\n", e->msg);
     return 1;
 }
@@ -320,7 +352,25 @@ static int cmd_demo(opts *o) {
 
 /* ---- generate / score ------------------------------------------------------------------------------------ */
 
-static float *read_hidden(const char *path, int input_dim, int64_t *n) {
+/* The library's input check (dd_input_check, the one the Python package applies too) on a .npy file's dtype and
+ * shape; label "FILE (OPTION)". */
+static int npy_input_ok(const dd_model *m, dd_input what, const dd_npy *a, int64_t rows, const char *path,
+                        const char *opt) {
+    static const struct { char kind; int size; } k[] = {
+        [DD_NPY_F32] = {'f', 4}, [DD_NPY_F16] = {'f', 2}, [DD_NPY_F64] = {'f', 8}, [DD_NPY_I32] = {'i', 4},
+        [DD_NPY_I64] = {'i', 8}};
+    char label[1100];
+    dd_error e;
+    snprintf(label, sizeof label, "%s (%s)", path, opt);
+    if (dd_input_check(m, what, k[a->dtype].kind, k[a->dtype].size, a->ndim, a->shape, rows, label, &e)) {
+        fail(&e);
+        return 0;
+    }
+    return 1;
+}
+
+static float *read_hidden(const dd_model *m, const char *path, int64_t *n) {
+    int input_dim = dd_model_config(m)->input_dim;
     dd_npy a;
     dd_error e;
     if (dd_npy_read(path, &a, &e)) {
@@ -328,14 +378,10 @@ static float *read_hidden(const char *path, int input_dim, int64_t *n) {
         return NULL;
     }
     float *h = NULL;
-    if (dd_npy_to_f32(&a, path, "--hidden", 2, (int64_t[]){-1, input_dim}, &h, &e)) fail(&e);
+    if (!npy_input_ok(m, DD_INPUT_HIDDEN, &a, 0, path, "--hidden")) h = NULL;
+    else if (dd_npy_to_f32(&a, path, "--hidden", 2, (int64_t[]){-1, input_dim}, &h, &e)) fail(&e);
     else *n = a.shape[0];
     dd_npy_free(&a);
-    if (h && *n == 0) {
-        fprintf(stderr, "depthdec: %s (--hidden): no rows\n", path);
-        free(h);
-        return NULL;
-    }
     /* Checked here, before any work, so that the message names the file's row (the library only knows the
      * row within one batch). */
     for (int64_t r = 0; h && r < *n; r++)
@@ -350,7 +396,8 @@ static float *read_hidden(const char *path, int input_dim, int64_t *n) {
 }
 
 /* codes [n, Q] (ndim 2) or c0 [n] (ndim 1), each value checked to lie in [0, V) (message names the file row). */
-static int32_t *read_codes(const char *path, const char *what, int ndim, const int64_t *shape, int V) {
+static int32_t *read_codes(const dd_model *m, const char *path, const char *what, int ndim, const int64_t *shape,
+                           int V) {
     dd_npy a;
     dd_error e;
     if (dd_npy_read(path, &a, &e)) {
@@ -358,7 +405,8 @@ static int32_t *read_codes(const char *path, const char *what, int ndim, const i
         return NULL;
     }
     int32_t *c = NULL;
-    if (dd_npy_to_i32(&a, path, what, ndim, shape, &c, &e)) fail(&e);
+    if (!npy_input_ok(m, ndim == 1 ? DD_INPUT_C0 : DD_INPUT_CODES, &a, shape[0], path, what)) c = NULL;
+    else if (dd_npy_to_i32(&a, path, what, ndim, shape, &c, &e)) fail(&e);
     dd_npy_free(&a);
     int64_t per_row = ndim == 2 ? shape[1] : 1;
     for (size_t i = 0; c && i < (size_t)(shape[0] * per_row); i++)
@@ -411,9 +459,9 @@ static int cmd_generate(opts *o) {
     int32_t *c0 = NULL, *codes = NULL;
     uint64_t *seeds = NULL, *frames = NULL;
     dd_decoder *d = NULL;
-    float *h = read_hidden(hid, c->input_dim, &n);
+    float *h = read_hidden(m, hid, &n);
     if (!h) goto done;
-    if (c0p && !(c0 = read_codes(c0p, "--c0", 1, (int64_t[]){n}, c->codebook_size))) goto done;
+    if (c0p && !(c0 = read_codes(m, c0p, "--c0", 1, (int64_t[]){n}, c->codebook_size))) goto done;
     if (!c0 && !c->has_head0) {
         fprintf(stderr, "depthdec: %s: the model has no head0, so --c0 is required\n", model);
         goto done;
@@ -431,19 +479,27 @@ static int cmd_generate(opts *o) {
         seeds[r] = seed;
         frames[r] = frame0 + (uint64_t)r;
     }
+    double t0 = now_ms();
     for (int64_t r = 0; r < n; r += batch) {
         int k = (int)(n - r < batch ? n - r : batch);
+        progress_line(t0, "generate", r, n, "rows");
         if (dd_decode(d, k, h + r * c->input_dim, c0 ? c0 + r : NULL, seeds + r, frames + r, &s,
                       codes + r * c->levels, &e)) {
             /* name the file row, not the batch row */
+            progress_end();
             fprintf(stderr, "depthdec: %s: rows %lld..%lld: %s\n", hid, (long long)r, (long long)(r + k - 1), e.msg);
             goto done;
         }
     }
+    progress_end();
     if (dd_npy_write(out, DD_NPY_I32, 2, (int64_t[]){n, c->levels}, codes, &e)) {
         fail(&e);
         goto done;
     }
+    summary("wrote %s: %lld rows x %d codes (int32), seed %llu, frames %llu..%llu, backend %s, %.2f s", out,
+            (long long)n, c->levels, (unsigned long long)seed, (unsigned long long)frame0,
+            (unsigned long long)(frame0 + (uint64_t)n - 1), dd_backend_name(dd_decoder_backend(d)),
+            (now_ms() - t0) / 1e3);
     rc = 0;
 done:
     free(h);
@@ -480,9 +536,9 @@ static int cmd_score(opts *o) {
     int32_t *codes = NULL;
     float *lg = NULL, *l0 = NULL;
     dd_decoder *d = NULL;
-    float *h = read_hidden(hid, c->input_dim, &n);
+    float *h = read_hidden(m, hid, &n);
     if (!h) goto done;
-    if (!(codes = read_codes(cp, "--codes", 2, (int64_t[]){n, Q}, V))) goto done;
+    if (!(codes = read_codes(m, cp, "--codes", 2, (int64_t[]){n, Q}, V))) goto done;
     if (l0p && !c->has_head0) {
         fprintf(stderr, "depthdec: %s: the model has no head0, so --logits0 cannot be written\n", model);
         goto done;
@@ -495,9 +551,12 @@ static int cmd_score(opts *o) {
         fprintf(stderr, "depthdec: out of memory for %lld rows of logits\n", (long long)n);
         goto done;
     }
+    double t0 = now_ms();
     for (int64_t r = 0; r < n; r += batch) {
         int k = (int)(n - r < batch ? n - r : batch);
+        progress_line(t0, "score", r, n, "rows");
         if (dd_score(d, k, h + r * c->input_dim, codes + r * Q, lg + r * (Q - 1) * V, l0 ? l0 + r * V : NULL, &e)) {
+            progress_end();
             fprintf(stderr, "depthdec: %s / %s: rows %lld..%lld: %s\n", hid, cp, (long long)r, (long long)(r + k - 1),
                     e.msg);
             goto done;
@@ -505,6 +564,7 @@ static int cmd_score(opts *o) {
     }
     /* all or nothing: the logits go to a staging name first and are renamed over --out only once --logits0 is
      * written too, so a failure leaves neither new file and any earlier --out untouched */
+    progress_end();
     char stage[1200];
     snprintf(stage, sizeof stage, "%s.tmp.%d.score", out, (int)getpid());
     if (dd_npy_write(l0p ? stage : out, DD_NPY_F32, 3, (int64_t[]){n, Q - 1, V}, lg, &e)) {
@@ -523,6 +583,13 @@ static int cmd_score(opts *o) {
         remove(l0p);
         goto done;
     }
+    if (l0p)
+        summary("wrote %s: %lld rows x %d levels x %d logits (float32) and %s: %lld rows x %d (level 0), backend %s, "
+                "%.2f s", out, (long long)n, Q - 1, V, l0p, (long long)n, V, dd_backend_name(dd_decoder_backend(d)),
+                (now_ms() - t0) / 1e3);
+    else
+        summary("wrote %s: %lld rows x %d levels x %d logits (float32), backend %s, %.2f s", out, (long long)n, Q - 1,
+                V, dd_backend_name(dd_decoder_backend(d)), (now_ms() - t0) / 1e3);
     rc = 0;
 done:
     free(h);
@@ -586,14 +653,22 @@ static int cmd_bench(opts *o) {
         seeds[i] = (uint64_t)i;
     }
     /* one warm-up frame, then `frames` timed frames */
+    double t0 = now_ms();
     for (int f = -1; !rc && f < frames; f++) {
+        if (f >= 0) progress_line(t0, "bench", f, frames, "frames");
         for (int i = 0; i < batch; i++) fidx[i] = (uint64_t)(f + 1);
         double a = now_ms();
         if (dd_decode(d, batch, h, c0, seeds, fidx, &s, codes, &e)) rc = fail(&e);
         if (f >= 0) ms[f] = now_ms() - a;
     }
-    double gbps = 0;
+    progress_end();
+    double gbps = 0, ws_gbps = 0;
+    /* each of the Q-1 passes reads (about) the same matrices: one pass's share is the working set a cache would
+     * have to hold for the later passes of a frame to be served from it; measured where the backend can */
+    uint64_t ws_bytes = dd_model_weight_bytes_per_frame(m) / (uint64_t)(c->levels - 1);
     if (!rc && dd_measure_read_bandwidth(used, threads, &gbps, &e)) rc = fail(&e);
+    if (!rc && ws_bytes >= (1u << 20) && dd_measure_read_bandwidth_size(used, threads, ws_bytes, &ws_gbps, &e))
+        ws_gbps = 0; /* not measured for this backend (cuda): said below */
     if (!rc) {
         qsort(ms, (size_t)frames, sizeof *ms, cmp_double);
         double med = ms[frames / 2];
@@ -609,6 +684,22 @@ static int cmd_bench(opts *o) {
         printf("  weights        %.1f MB read per frame -> %.2f GB/s achieved\n", bytes / 1e6, bytes / (med * 1e6));
         printf("  read bandwidth %.2f GB/s measured now (%s) -> floor %.3f ms/frame, ratio to floor %.3f\n", gbps,
                dd_backend_info_get(used)->bandwidth_method, floor_ms, med / floor_ms);
+        double ws_floor = ws_gbps > 0 ? bytes / (ws_gbps * 1e9) * 1e3 : 0;
+        if (ws_gbps > 0)
+            printf("  read bandwidth %.2f GB/s over one pass's working set (%.1f MB) -> floor %.3f ms/frame, ratio "
+                   "%.3f\n", ws_gbps, ws_bytes / 1e6, ws_floor, med / ws_floor);
+        /* what the floors mean: the first reads a buffer larger than any cache, so it is a DRAM (or HBM) figure;
+         * weights that stay in a cache between passes are read faster, and that ratio can drop below 1 */
+        long l3 = used == DD_BACKEND_CUDA ? 0 : sysconf(_SC_LEVEL3_CACHE_SIZE);
+        printf("  floors         = %.1f MB per frame / a read bandwidth: the first from a buffer larger than the\n"
+               "                 caches (a DRAM figure; ratio < 1: faster than streaming every weight from memory),\n"
+               "                 the second from one pass's weights (the %d passes of a frame read the same layers)",
+               bytes / 1e6, c->levels - 1);
+        if (l3 > 0) printf(";\n                 this host's L3 (%.0f MB) %s that working set", l3 / 1e6,
+                           (double)l3 >= (double)ws_bytes ? "holds" : "cannot hold");
+        if (ws_gbps <= 0)
+            printf(ws_bytes < (1u << 20) ? " (not measured: under 1 MiB)" : " (not measured for this backend)");
+        printf(".\n");
         if (js) {
             char tmp[1100];
             snprintf(tmp, sizeof tmp, "%s.tmp.%d", js, (int)getpid());
@@ -623,9 +714,12 @@ static int cmd_bench(opts *o) {
                              "\"frames\": %d, \"threads\": %d, \"ms_per_frame\": %.6f, \"ms_min\": %.6f, "
                              "\"ms_max\": %.6f, \"stream_frames_per_s\": %.3f, \"weight_bytes_per_frame\": %llu, "
                              "\"read_GBps\": %.3f, \"floor_ms_per_frame\": %.6f, \"ratio_to_floor\": %.4f, "
+                             "\"working_set_bytes\": %llu, \"read_GBps_working_set\": %.3f, "
+                             "\"floor_ms_working_set\": %.6f, \"ratio_to_working_set_floor\": %.4f, "
                              "\"date\": \"%s\"}\n",
                              dd_backend_name(used), mname, wname, batch, frames, threads, med, ms[0], ms[frames - 1],
                              batch * 1000.0 / med, (unsigned long long)bytes, gbps, floor_ms, med / floor_ms,
+                             (unsigned long long)ws_bytes, ws_gbps, ws_floor, ws_floor > 0 ? med / ws_floor : 0.0,
                              date) > 0;
                 ok = (fclose(fp) == 0) && ok;
             }
@@ -671,8 +765,13 @@ static int cmd_export(opts *o) {
     }
     dd_model *m;
     dd_error e;
+    double t0 = now_ms();
     if (model ? dd_model_load(&m, model, &e) : dd_model_synthetic(&m, syn, w, 0, &e)) return fail(&e);
     int rc = dd_model_export(m, out, &ep, &e) ? fail(&e) : 0;
+    if (!rc)
+        summary("wrote %s: native safetensors of %s, %d tensors, %s weights, %.2f s", out, dd_model_source(m),
+                dd_model_tensor_count(m), model && !wt ? dd_dtype_name(dd_model_config(m)->weight_type)
+                                                       : dd_dtype_name(w), (now_ms() - t0) / 1e3);
     dd_model_free(m);
     return rc;
 }
@@ -680,9 +779,8 @@ static int cmd_export(opts *o) {
 /* ---- quantize -------------------------------------------------------------------------------------------- */
 
 static void progress(void *ctx, int done, int total) {
-    (void)ctx;
-    fprintf(stderr, "\rdepthdec: quantizing: %d/%d matrices", done, total);
-    if (done == total) fprintf(stderr, "\n");
+    progress_line(*(const double *)ctx, "quantizing", done, total, "matrices");
+    if (done == total) progress_end();
 }
 
 static dd_export_params quant_params(opts *o, int need_bits) {
@@ -720,10 +818,15 @@ static int cmd_quantize(opts *o) {
     if (positionals(o, pos, 2) != 2) die_usage("quantize needs IN and OUT");
     dd_model *m;
     dd_error e;
+    double t0 = now_ms();
     if (dd_model_load(&m, pos[0], &e)) return fail(&e);
-    if (isatty(2)) p.progress = progress;
+    p.progress = progress;
+    p.progress_ctx = &t0;
     int rc = dd_model_export(m, pos[1], &p, &e) ? fail(&e) : 0;
-    if (!rc) fprintf(stderr, "depthdec: wrote %s (%d-bit, group %d)\n", pos[1], p.bits, p.group);
+    if (!rc)
+        summary("wrote %s: %d-bit MLX affine weights, group %d, scales %s, %s, from %s, %.2f s", pos[1], p.bits,
+                p.group, dd_dtype_name(p.scale_type), p.embeddings ? "embeddings quantized too" : "embeddings kept",
+                pos[0], (now_ms() - t0) / 1e3);
     dd_model_free(m);
     return rc;
 }
@@ -766,7 +869,7 @@ static int cmd_quality(opts *o) {
     float *h = NULL, *ld = NULL, *lq = NULL;
     int32_t *codes = NULL;
     if (hp) {
-        if (!(h = read_hidden(hp, c->input_dim, &n)) || !(codes = read_codes(cp, "--codes", 2, (int64_t[]){n, Q}, V)))
+        if (!(h = read_hidden(m, hp, &n)) || !(codes = read_codes(m, cp, "--codes", 2, (int64_t[]){n, Q}, V)))
             goto done;
     } else {
         h = malloc((size_t)n * c->input_dim * sizeof *h);
@@ -787,13 +890,16 @@ static int cmd_quality(opts *o) {
     dd_decoder *d = make_decoder(m, b, batch, threads);
     if (!d) goto done;
     int ok = 1;
+    double t0 = now_ms();
     for (int64_t r = 0; r < n && ok; r += batch) {
         int k = (int)(n - r < batch ? n - r : batch);
+        progress_line(t0, "quality: dense model", r, n, "rows");
         if (dd_score(d, k, h + r * c->input_dim, codes + r * Q, ld + r * (Q - 1) * V, NULL, &e)) ok = !fail(&e);
     }
     printf("quality: %s, %lld rows (%s), backend %s; error = |quantized - dense| / max|dense| per level\n",
            dd_model_source(m), (long long)n, hp ? "given inputs" : "random hidden states and codes",
            dd_backend_name(dd_decoder_backend(d)));
+    progress_end();
     dd_decoder_free(d);
     for (int qi = 0; qi < 2 && ok; qi++) {
         p.bits = qi == 0 ? 8 : 4;
@@ -808,8 +914,10 @@ static int cmd_quality(opts *o) {
         }
         for (int64_t r = 0; r < n && ok; r += batch) {
             int k = (int)(n - r < batch ? n - r : batch);
+            progress_line(t0, p.bits == 8 ? "quality: 8-bit model" : "quality: 4-bit model", r, n, "rows");
             if (dd_score(dq, k, h + r * c->input_dim, codes + r * Q, lq + r * (Q - 1) * V, NULL, &e)) ok = !fail(&e);
         }
+        progress_end();
         dd_decoder_free(dq);
         if (!ok) break;
         printf("\n%d-bit, group %d (scales %s):\n level   max err   mean err   top-1 agree\n", p.bits, p.group,
@@ -866,6 +974,8 @@ int main(int argc, char **argv) {
     int *used = calloc((size_t)argc, sizeof *used);
     if (!used) return 1;
     opts o = {argc - 2, argv + 2, used};
+    g_quiet = opt_flag(&o, "--quiet");
+    g_tty = !g_quiet && isatty(2);
     int rc;
     if (!strcmp(cmd, "info")) rc = cmd_info(&o);
     else if (!strcmp(cmd, "demo")) rc = cmd_demo(&o);

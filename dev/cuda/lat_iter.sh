@@ -23,7 +23,7 @@ src_sha() { { cat src/cuda/*.cu src/cuda/*.cuh src/*.h include/depthdec.h; grep 
 if has build; then
     if [ -f $B/cuobj/sources.sha ] && [ "$(cat $B/cuobj/sources.sha)" = "$(src_sha)" ]; then touch $B/cuobj/*.o; echo "reusing CUDA objects"; fi
     t0=$(date +%s)
-    make CUDA=1 CUDA_ARCH=sm_90 BUILD=$B -j"$(nproc)" >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+    make CUDA=1 CUDA_ARCH=sm_90 BUILD=$B -j"$(nproc)" tests >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
     echo "build: $(( $(date +%s) - t0 )) s"
 fi
 export DD_CUDA_TIMEOUT_S=${DD_CUDA_TIMEOUT_S:-3}

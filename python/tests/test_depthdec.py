@@ -250,7 +250,7 @@ def test_generate_agrees_with_score(models, name, rng):
 
 @needs_fixtures
 def test_input_conversion(models, rng):
-    """float16/float64/integer hidden and int64/uint16 codes are converted like numpy; any layout works."""
+    """float16/float64 hidden and int64 codes are converted like numpy; any layout works."""
     m = models["gpt_bf16"]
     d = depthdec.Decoder(m, backend="ref")
     h64 = rng.standard_normal((9, 96))
@@ -265,18 +265,57 @@ def test_input_conversion(models, rng):
     np.testing.assert_array_equal(d.generate(wide[:, ::2], seed=1), want)  # strided view
     h16 = h32.astype(np.float16)
     np.testing.assert_array_equal(d.generate(h16, seed=1), d.generate(h16.astype(np.float32), seed=1))
-    hi = rng.integers(-3, 4, size=(9, 96))
-    np.testing.assert_array_equal(d.generate(hi, seed=1), d.generate(hi.astype(np.float32), seed=1))
     codes = rand_codes(rng, 9, m)
     l32 = d.score(h32, codes)
-    for c in (codes.astype(np.int64), codes.astype(np.uint16), codes.tolist(), np.asfortranarray(codes)):
+    for c in (codes.astype(np.int64), codes.tolist(), np.asfortranarray(codes)):
         lg, l0 = d.score(h32, c)
         np.testing.assert_array_equal(lg, l32[0])
         np.testing.assert_array_equal(l0, l32[1])
-    # no rows: empty results
-    assert d.generate(np.zeros((0, 96), np.float32)).shape == (0, 8)
-    lg, l0 = d.score(np.zeros((0, 96)), np.zeros((0, 8), np.int64))
-    assert lg.shape == (0, 7, 64) and l0.shape == (0, 64)
+
+
+# The inputs the CLI and this package accept or refuse, decided by one check in the C library (dd_input_check):
+# (name, hidden, codes, accepted). Each case runs through Decoder.score and `depthdec score` on the same arrays.
+def _input_cases(rng):
+    h = rng.standard_normal((6, 96)).astype(np.float32)
+    c = rng.integers(0, 64, size=(6, 8)).astype(np.int32)
+    return [
+        ("float32 hidden, int32 codes", h, c, True),
+        ("float16 hidden", h.astype(np.float16), c, True),
+        ("float64 hidden", h.astype(np.float64), c, True),
+        ("int64 codes", h, c.astype(np.int64), True),
+        ("empty hidden", np.zeros((0, 96), np.float32), np.zeros((0, 8), np.int32), False),
+        ("int64 hidden", rng.integers(-3, 4, size=(6, 96)), c, False),
+        ("int8 codes", h, c.astype(np.int8), False),
+        ("uint16 codes", h, c.astype(np.uint16), False),
+        ("int16 codes", h, c.astype(np.int16), False),
+        ("hidden one column short", h[:, :95].copy(), c, False),
+        ("1-D hidden", h[0].copy(), c[:1], False),
+        ("codes one level short", h, c[:, :7].copy(), False),
+        ("codes one row short", h, c[:5].copy(), False),
+        ("code out of range", h, np.where(c == c[0, 0], 64, c).astype(np.int32), False),
+    ]
+
+
+@needs_fixtures
+@needs_cli
+def test_same_inputs_as_cli(models, rng, tmp_path):
+    m = models["gpt_bf16"]
+    d = depthdec.Decoder(m, backend="ref")
+    for name, h, c, accepted in _input_cases(rng):
+        try:
+            d.score(h, c)
+            py_ok, py_msg = True, ""
+        except depthdec.ArgumentError as e:
+            py_ok, py_msg = False, str(e)
+        np.save(tmp_path / "h.npy", h)
+        np.save(tmp_path / "c.npy", c)
+        p = subprocess.run([str(CLI), "score", "--model", m.source, "--hidden", tmp_path / "h.npy", "--codes",
+                            tmp_path / "c.npy", "--out", tmp_path / "o.npy", "--backend", "ref"],
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode in (0, 1), "%s: CLI exit %d: %s" % (name, p.returncode, p.stderr)
+        cli_ok = p.returncode == 0
+        assert py_ok == accepted, "%s: Python %s (%s)" % (name, "accepted" if py_ok else "refused", py_msg)
+        assert cli_ok == accepted, "%s: CLI %s (%s)" % (name, "accepted" if cli_ok else "refused", p.stderr)
 
 
 # ---- errors ---------------------------------------------------------------------------------------------------
@@ -353,7 +392,7 @@ def test_input_errors():
     x[1, 7] = 1e39
     bad("hidden row 1, element 7: value 1e\\+39 does not fit float32", d.generate, x, code=depthdec.Status.ENUMERIC)
     # codes
-    for v, dt in ((V, np.int32), (-1, np.int32), (2**40, np.int64), (2**63, np.uint64)):
+    for v, dt in ((V, np.int32), (-1, np.int32), (2**40, np.int64)):
         c = codes.astype(dt)
         c[1, 3] = v
         bad("codes row 1, level 3: code %d outside \\[0, 64\\)" % v, d.score, h, c)
@@ -362,6 +401,9 @@ def test_input_errors():
     bad(r"codes: shape \(3, 7\)", d.score, h, codes[:, 1:])
     bad(r"codes: shape \(2, 8\)", d.score, h, codes[1:])
     bad("codes: dtype float64", d.score, h, codes.astype(np.float64))
+    bad("codes: dtype uint64, want int32 or int64", d.score, h, codes.astype(np.uint64))
+    bad("codes: dtype int8, want int32 or int64", d.score, h, codes.astype(np.int8))
+    bad(r"hidden: no rows", d.generate, h[:0])
     bad("c0: dtype float64", d.generate, h, c0=[0.0, 1.0, 2.0])
     # sampling parameters and keys
     for t in (-1.0, float("nan"), float("inf"), 1e39):

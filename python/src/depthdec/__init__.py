@@ -279,15 +279,19 @@ def _like(ref, *outs):
     return conv if len(conv) > 1 else conv[0]
 
 
-def _hidden(x, input_dim):
-    """float32 C-contiguous [N, input_dim]: floats and integers are converted as numpy converts them; a value that
-    is not finite, or does not fit float32, is refused (naming row and element)."""
+def _check(model, what, a, rows, label):
+    """The library's dtype/shape rule for inputs (dd_input_check), the one the CLI applies to its .npy files."""
+    try:
+        _ext.input_check(model._h, what, a.dtype.kind, a.dtype.itemsize, tuple(a.shape), rows, label)
+    except Error as e:
+        raise ArgumentError(str(e), e.code) from None
+
+
+def _hidden(model, x):
+    """float32 C-contiguous [N, input_dim], N >= 1: float16/float64 are converted; a value that is not finite, or
+    does not fit float32, is refused (naming row and element)."""
     a = _as_array(x, "hidden")
-    if a.dtype.kind not in "fiu":
-        raise ArgumentError("hidden: dtype %s cannot be converted to float32 (want float32; float16/float64 and "
-                            "integers are converted)" % a.dtype)
-    if a.ndim != 2 or a.shape[1] != input_dim:
-        raise ArgumentError("hidden: shape %s, want [N, input_dim=%d]" % (tuple(a.shape), input_dim))
+    _check(model, 0, a, 0, "hidden")
     if a.dtype.kind == "f":
         bad = ~np.isfinite(a)
         if bad.any():
@@ -305,15 +309,10 @@ def _hidden(x, input_dim):
     return h
 
 
-def _codes(x, name, shape, V):
-    """int32 C-contiguous codes of the given shape, every value in [0, V)."""
+def _codes(model, x, name, shape, V):
+    """int32 C-contiguous codes of the given shape (int32 or int64 given), every value in [0, V)."""
     a = _as_array(x, name)
-    if a.dtype.kind not in "iu":
-        raise ArgumentError("%s: dtype %s, want an integer array (int32 or int64)" % (name, a.dtype))
-    if a.shape != shape:
-        want = "[N]" if len(shape) == 1 else "[N, levels=%d]" % shape[1]
-        raise ArgumentError("%s: shape %s, want %s with N = %d rows of hidden" % (name, tuple(a.shape), want,
-                                                                                  shape[0]))
+    _check(model, 1 if len(shape) == 1 else 2, a, shape[0], name)
     bad = (a < 0) | (a >= V)
     if bad.any():
         idx = np.argwhere(bad)[0]
@@ -411,25 +410,23 @@ class Decoder:
         Arrays: numpy arrays, torch CPU tensors, or any host array with __dlpack__ (torch is imported only when a
         torch tensor is given). The result is a torch tensor when `hidden` is one (torch in, torch out), else a
         numpy array. Arrays on a GPU are refused with ArgumentError; nothing is written anywhere on a failed call.
-        hidden: [N, input_dim] float32 (float16/bfloat16/float64/integers converted); rows are consecutive frames of one
+        hidden: [N, input_dim] float32 (float16/bfloat16/float64 converted), N >= 1; rows are consecutive frames of one
           stream, as in the CLI: row n uses `seed` and frame `frame + n`. Per-row keys: pass `seed` and/or `frame`
           as [N] integer arrays (then row n uses seed[n] / frame[n]).
-        c0: None (sample c0 from the model's level-0 head; needs head0) or [N] integer codes in [0, V).
+        c0: None (sample c0 from the model's level-0 head; needs head0) or [N] int32/int64 codes in [0, V).
         temperature, top_k: sampling (SPEC §3; defaults 0.9 and 50, CSM's); temperature 0 or greedy=True = argmax.
         A frame's codes depend only on (model, hidden row, c0, seed, frame, temperature, top_k).
         """
         c = self._cfg
-        h = _hidden(hidden, c["input_dim"])
+        h = _hidden(self.model, hidden)
         n = h.shape[0]
-        c0a = None if c0 is None else _codes(c0, "c0", (n,), c["codebook_size"])
+        c0a = None if c0 is None else _codes(self.model, c0, "c0", (n,), c["codebook_size"])
         if c0a is None and not c["has_head0"]:
             raise Error("%s: the model has no head0, so c0 is required" % self.model.source, Status.EUNSUPPORTED)
         seeds = _keys(seed, "seed", n, consecutive=False)
         frames = _keys(frame, "frame", n, consecutive=True)
         t, k = _sampling(temperature, top_k, greedy)
         out = np.empty((n, c["levels"]), dtype=np.int32)
-        if n == 0:
-            return _like(hidden, out)
         self._enter()
         try:
             _ext.decode(self._h, n, h, c0a, seeds, frames, t, k, out)
@@ -442,17 +439,15 @@ class Decoder:
         logits0 float32 [N, V] = head0 · hidden, or None when the model has no head0); torch tensors when
         `hidden` is a torch tensor, numpy arrays otherwise (see generate for the arrays accepted).
 
-        hidden: [N, input_dim] as for generate; codes: [N, Q] integers in [0, V) (level Q-1 is not read but must
+        hidden: [N, input_dim] as for generate; codes: [N, Q] int32/int64 in [0, V) (level Q-1 is not read but must
         be in range)."""
         c = self._cfg
         Q, V = c["levels"], c["codebook_size"]
-        h = _hidden(hidden, c["input_dim"])
+        h = _hidden(self.model, hidden)
         n = h.shape[0]
-        ca = _codes(codes, "codes", (n, Q), V)
+        ca = _codes(self.model, codes, "codes", (n, Q), V)
         logits = np.empty((n, Q - 1, V), dtype=np.float32)
         logits0 = np.empty((n, V), dtype=np.float32) if c["has_head0"] else None
-        if n == 0:
-            return _like(hidden, logits, logits0)
         self._enter()
         try:
             _ext.score(self._h, n, h, ca, logits, logits0)

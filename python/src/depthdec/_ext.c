@@ -376,6 +376,29 @@ static int get_buf(PyObject *obj, Py_buffer *b, Py_ssize_t count, Py_ssize_t ite
     return 0;
 }
 
+/* input_check(model, what, kind, itemsize, shape tuple, rows, label) -> None: dd_input_check, the dtype/shape rule
+ * the CLI applies to its .npy files. what: 0 hidden, 1 c0, 2 codes; kind: numpy's dtype.kind (one character). */
+static PyObject *input_check(PyObject *self, PyObject *args) {
+    PyObject *cap, *shape;
+    int what, itemsize;
+    const char *kind, *label;
+    long long rows;
+    if (!PyArg_ParseTuple(args, "OisiO!Ls", &cap, &what, &kind, &itemsize, &PyTuple_Type, &shape, &rows, &label))
+        return NULL;
+    dd_model *m = get_model(cap);
+    if (!m) return NULL;
+    Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+    int64_t dims[32];
+    if (nd > 32) nd = 32; /* more dimensions than any input has: the check refuses it by ndim anyway */
+    for (Py_ssize_t i = 0; i < nd; i++) {
+        dims[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+        if (dims[i] == -1 && PyErr_Occurred()) return NULL;
+    }
+    dd_error e;
+    if (dd_input_check(m, (dd_input)what, kind[0], itemsize, (int)nd, dims, rows, label, &e)) return raise_err(&e);
+    Py_RETURN_NONE;
+}
+
 /* Rows [r, r + k) failed: name the caller's rows, as the CLI does, when they differ from the batch's. */
 static PyObject *raise_rows(const dd_error *e, Py_ssize_t r, int k, Py_ssize_t n) {
     if (r == 0 && k == n) return raise_err(e);
@@ -531,6 +554,7 @@ static PyMethodDef methods[] = {
     {"score", score, METH_VARARGS, "score(dec, n, hidden, codes, logits_out, logits0_out)"},
     {"backend_available", backend_available, METH_VARARGS, "backend_available(name) -> bool"},
     {"backends", backends, METH_NOARGS, "backends() -> names of the concrete backends, slowest first"},
+    {"input_check", input_check, METH_VARARGS, "input_check(model, what, kind, itemsize, shape, rows, label)"},
     {"status_name", status_name, METH_VARARGS, "status_name(code) -> str"},
     {NULL, NULL, 0, NULL},
 };
