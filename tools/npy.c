@@ -105,23 +105,34 @@ static int parse_shape(const char **s, int *ndim, int64_t *shape, const char **w
     return 1;
 }
 
-/* Map a descr string to a dtype: byte order '<', '=' or '|' (little-endian here), then f4 f2 i4 i8 f8. */
-static int parse_descr(const char *d, dd_npy_dtype *t, const char **why) {
-    if (d[0] == '>') return *why = "big-endian dtype not supported", 0;
-    if ((d[0] == '<' || d[0] == '=' || d[0] == '|') && strlen(d) == 3) {
+/* Map a descr string to a dtype: byte order '<', '=' or '|' (little-endian here) or '>' (big-endian: *swap = 1, the
+ * data is byte-swapped after reading, as numpy converts it), then f4 f2 i4 i8 f8. */
+static int parse_descr(const char *d, dd_npy_dtype *t, int *swap, const char **why) {
+    if ((d[0] == '<' || d[0] == '=' || d[0] == '|' || d[0] == '>') && strlen(d) == 3) {
         for (int i = 0; i < NPY_NTYPES; i++) {
             if (strcmp(d + 1, k_types[i].descr + 1) == 0) {
                 *t = (dd_npy_dtype)i;
+                *swap = d[0] == '>';
                 return 1;
             }
         }
     }
-    return *why = "unsupported dtype (want <f4, <f2, <i4, <i8 or <f8)", 0;
+    return *why = "unsupported dtype (want f4, f2, i4, i8 or f8, either byte order)", 0;
+}
+
+/* reverse the bytes of each of n items of `size` bytes */
+static void swap_items(unsigned char *p, size_t n, size_t size) {
+    for (size_t i = 0; i < n; i++, p += size)
+        for (size_t a = 0, b = size - 1; a < b; a++, b--) {
+            unsigned char c = p[a];
+            p[a] = p[b];
+            p[b] = c;
+        }
 }
 
 /* The whole header: a dict of exactly 'descr', 'fortran_order' and 'shape', then only whitespace. Fills the dtype
  * and shape of *a; returns DD_EFORMAT naming path on anything else. */
-static dd_status parse_header(const char *path, const char *hdr, dd_npy *a, dd_error *err) {
+static dd_status parse_header(const char *path, const char *hdr, dd_npy *a, int *swap, dd_error *err) {
     const char *s = hdr, *why = NULL;
     char key[32], descr[64] = "";
     int seen[3] = {0, 0, 0}, fortran = 0; /* seen: descr, fortran_order, shape */
@@ -150,7 +161,7 @@ static dd_status parse_header(const char *path, const char *hdr, dd_npy *a, dd_e
             if (*s == '[' || *s == '{')
                 return dd_fail(err, DD_EFORMAT, "%s: structured dtypes are not supported", path);
             if (!parse_str(&s, descr, sizeof descr, &why)) goto bad;
-            if (!parse_descr(descr, &a->dtype, &why))
+            if (!parse_descr(descr, &a->dtype, swap, &why))
                 return dd_fail(err, DD_EFORMAT, "%s: dtype '%s': %s", path, descr, why);
         } else if (k == 1) {
             if (strncmp(s, "False", 5) == 0) fortran = 0, s += 5;
@@ -247,7 +258,8 @@ dd_status dd_npy_read(const char *path, dd_npy *out, dd_error *err) {
         st = dd_fail(err, DD_EFORMAT, "%s: NUL byte in header", path);
         goto done;
     }
-    if ((st = parse_header(path, hdr, &a, err)) != DD_OK) goto done;
+    int swap = 0;
+    if ((st = parse_header(path, hdr, &a, &swap, err)) != DD_OK) goto done;
 
     /* sizes: count = prod(shape) and bytes = count * itemsize, both checked in size_t */
     size_t count = 1, nbytes;
@@ -280,6 +292,7 @@ dd_status dd_npy_read(const char *path, dd_npy *out, dd_error *err) {
         st = dd_fail(err, DD_EIO, "%s: read error in data", path);
         goto done;
     }
+    if (swap) swap_items(a.data, count, k_types[a.dtype].size);
 done:
     fclose(f);
     free(hdr);

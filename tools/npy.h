@@ -28,11 +28,12 @@ typedef struct dd_npy {
 } dd_npy;
 
 /* Read a .npy file (format versions 1.0, 2.0 and 3.0) into *out. Accepts descr '<f4', '<f2', '<i4', '<i8', '<f8'
- * (also with '=' or '|' for the byte order, which mean little-endian on the hosts we build for); C order only.
+ * (also with '=' or '|' for the byte order, which mean little-endian on the hosts we build for, and '>': big-endian
+ * data, byte-swapped to native as numpy would); C order only.
  *   DD_EINVAL   path or out is NULL
  *   DD_EIO      the file cannot be opened or read: "h.npy: No such file or directory"
  *   DD_EFORMAT  bad magic, unsupported version, header not a Python dict literal of exactly the keys 'descr',
- *               'fortran_order', 'shape'; fortran_order True; any other dtype ('>f4', '|O', '<U8', structured);
+ *               'fortran_order', 'shape'; fortran_order True; any other dtype ('<u4', '|O', '<U8', structured);
  *               ndim > 8; a negative or overflowing shape; header length beyond the file; truncated data or
  *               trailing bytes: "h.npy: truncated data: header says 4096 bytes, file has 4000"
  *   DD_ENOMEM   the data buffer could not be allocated
