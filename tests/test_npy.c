@@ -154,6 +154,15 @@ static void test_roundtrip(void **state) {
 
 /* ---- hand-made files -------------------------------------------------------------------------------------- */
 
+/* case c's file reads without error as dtype t */
+static void read_ok(const char *path, size_t c, dd_npy_dtype t, dd_npy *a) {
+    dd_error e = {0};
+    dd_status st = dd_npy_read(path, a, &e);
+    if (st != DD_OK) print_error("case %zu: %s\n", c, e.msg);
+    assert_int_equal(st, DD_OK);
+    assert_int_equal(a->dtype, t);
+}
+
 /* Headers numpy could have written (or a human): v1/v2/v3, either quotes, any key order, spacing, trailing commas,
  * Python 2 'L' suffixes, '=' and '|' byte order, 0-d, 1-d and empty shapes. */
 static void test_handmade(void **state) {
@@ -179,11 +188,7 @@ static void test_handmade(void **state) {
         rnd_bytes(data, sizeof data);
         hand_npy(path, cases[c].major, 0, cases[c].hdr, data, nb);
         dd_npy a;
-        dd_error e = {0};
-        dd_status st = dd_npy_read(path, &a, &e);
-        if (st != DD_OK) print_error("case %zu: %s\n", c, e.msg);
-        assert_int_equal(st, DD_OK);
-        assert_int_equal(a.dtype, cases[c].t);
+        read_ok(path, c, cases[c].t, &a);
         assert_int_equal(a.ndim, cases[c].ndim);
         for (int i = 0; i < a.ndim; i++) assert_int_equal(a.shape[i], cases[c].shape[i]);
         assert_int_equal(a.count, count);
@@ -215,11 +220,7 @@ static void test_big_endian(void **state) {
             for (size_t b = 0; b < sz; b++) big[i * sz + b] = want[i * sz + sz - 1 - b];
         hand_npy(path, 1, 0, cases[c].hdr, big, nb);
         dd_npy a;
-        dd_error e = {0};
-        dd_status st = dd_npy_read(path, &a, &e);
-        if (st != DD_OK) print_error("case %zu: %s\n", c, e.msg);
-        assert_int_equal(st, DD_OK);
-        assert_int_equal(a.dtype, cases[c].t);
+        read_ok(path, c, cases[c].t, &a);
         assert_int_equal(a.count, 6);
         assert_memory_equal(a.data, want, nb);
         dd_npy_free(&a);
