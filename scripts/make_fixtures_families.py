@@ -31,18 +31,15 @@ re-implementation (incremental, one position at a time with a KV cache) that rea
 Hidden rows are resampled so that every greedy step has top1 - top2 > 1e-3 * max|logit|.
 Deterministic: all randomness from numpy Generators (and torch.manual_seed for the parts that are not references).
 """
-import argparse
 import datetime
 import glob
 import json
 import math
 import os
-import sys
 
+import fixture_common  # scripts/fixture_common.py
 import numpy as np
-import safetensors
 import torch
-import transformers
 from safetensors import safe_open
 from safetensors.torch import save_file
 
@@ -182,7 +179,6 @@ def moshi_full(outdir):
     """moshi_tiny/ (full model, sharded) and moshi_tiny_depth/ (module alone) -> (files, prefix, ref, alone)."""
     from transformers import MoshiForConditionalGeneration
     from transformers.models.moshi.modeling_moshi import MoshiDepthDecoder
-    m = MOSHI
     cfg = moshi_config()
     torch.manual_seed(0)                      # init of the temporal decoder and codec (not used by references)
     model = MoshiForConditionalGeneration(cfg).eval()
@@ -544,25 +540,14 @@ def manifest(outdir, section=SECTION, dims=None, log=None):
     """Replace this script's section of MANIFEST.txt (other sections and make_fixtures.py's head are kept)."""
     log = LOG if log is None else log
     dims = f"N={N}; moshi {MOSHI}; moshi_q12 {MOSHI12}; qwen3omni {QWEN}" if dims is None else dims
-    vers = (f"python {sys.version.split()[0]}, torch {torch.__version__}, transformers {transformers.__version__}, "
-            f"safetensors {safetensors.__version__}, numpy {np.__version__}")
+    vers = fixture_common.versions()
     lines = [section,
              f"# date (UTC): {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M:%S')}",
              f"# versions: {vers}",
              f"# dims: {dims}",
              "# references: float64 on CPU from the weights as stored (bf16); logits saved as float32",
              "# file | bytes | shape dtype | how"]
-    for fn, desc in log:
-        path = os.path.join(outdir, fn)
-        if fn.endswith(".npy"):
-            a = np.load(path)
-            sd = f"{list(a.shape)} {a.dtype}"
-        elif fn.endswith(".safetensors"):
-            with safe_open(path, framework="pt") as f:
-                sd = f"safetensors, {len(list(f.keys()))} tensors"
-        else:
-            sd = "json"
-        lines.append(f"{fn} | {os.path.getsize(path)} | {sd} | {desc}")
+    lines += fixture_common.manifest_rows(outdir, log)
     mpath = os.path.join(outdir, "MANIFEST.txt")
     old = open(mpath).read() if os.path.exists(mpath) else ""
     parts = old.split("\n" + SECTION_MARK)           # [head, section, section, ...]
@@ -571,18 +556,11 @@ def manifest(outdir, section=SECTION, dims=None, log=None):
     head = "\n".join(k for k in kept if k.strip())
     with open(mpath, "w") as f:
         f.write((head + "\n\n" if head else "") + "\n".join(lines) + "\n")
-    total = sum(os.path.getsize(os.path.join(outdir, fn)) for fn, _ in log)
-    print(f"total {total} bytes in {len(log)} files; {vers}")
+    fixture_common.report(outdir, log, vers)
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default="tests/fixtures", help="output directory (default tests/fixtures)")
-    args = ap.parse_args()
-    os.makedirs(args.out, exist_ok=True)
-    torch.use_deterministic_algorithms(True)
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
+    args = fixture_common.start(__doc__)
     moshi_fixture(args.out)
     moshi_fixture(args.out, "moshi_q12", MOSHI12, (32, 33))
     qwen_fixture(args.out)

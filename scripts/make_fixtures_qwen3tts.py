@@ -20,13 +20,13 @@ Writes into --out (default tests/fixtures), touching only qwen3tts_tiny* and its
 Conventions as make_fixtures_families.py (float64 references from the stored bf16 weights by the package's own
 modules, float32 casts in RMSNorm/RoPE replaced by float64 ones, sdpa attention; numpy cross-check; greedy gaps).
 """
-import argparse
 import importlib.machinery
 import math
 import os
 import sys
 import types
 
+import fixture_common  # scripts/fixture_common.py
 import numpy as np
 import torch
 import transformers
@@ -160,13 +160,7 @@ def tts_fixture(outdir):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default="tests/fixtures", help="output directory (default tests/fixtures)")
-    args = ap.parse_args()
-    os.makedirs(args.out, exist_ok=True)
-    torch.use_deterministic_algorithms(True)
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
+    args = fixture_common.start(__doc__)
     fam.LOG = LOG
     tts_fixture(args.out)
     import qwen_tts
