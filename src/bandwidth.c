@@ -97,13 +97,10 @@ static void *bw_thread(void *arg) {
  * region (first touch is untimed), transparent huge pages are not used (madvise mode; the weights, malloc'd or
  * mmapped, are 4 KiB pages too: a huge-page buffer reads ~5% faster in the same plateau), and a longer run only
  * catches more plateaus. The ratio to floor is meaningful only when frames and this read see the same plateau. */
-dd_status dd_host_read_bandwidth(int threads, double *gbps, dd_error *err) {
-    return dd_host_read_bandwidth_size(threads, (uint64_t)1 << 30, gbps, err);
-}
-
 /* A buffer smaller than 1 GiB is read `passes` times per timed repetition (each thread re-reads its own slice, as
  * each pass of a frame re-reads the same weights), so the timed region stays long against the barrier. */
-dd_status dd_host_read_bandwidth_size(int threads, uint64_t bytes_, double *gbps, dd_error *err) {
+dd_status dd_host_read_bandwidth(int threads, uint64_t bytes_, double *gbps, dd_error *err) {
+    if (!bytes_) bytes_ = (uint64_t)1 << 30;
     if (threads <= 0) threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (threads < 1) threads = 1;
     if (threads > 256) threads = 256;
@@ -150,17 +147,14 @@ dd_status dd_measure_read_bandwidth(dd_backend b, int threads, double *gbps, dd_
     if (!gbps) return dd_fail(err, DD_EINVAL, "dd_measure_read_bandwidth: gbps is NULL");
     const dd_backend_row *row;
     dd_status s = dd_registry_pick(b, &row, err);
-    return s ? s : row->read_bandwidth(threads, gbps, err);
+    return s ? s : row->read_bandwidth(threads, 0, gbps, err);
 }
 
 dd_status dd_measure_read_bandwidth_size(dd_backend b, int threads, uint64_t bytes, double *gbps, dd_error *err) {
     dd_error_clear(err);
     if (!gbps) return dd_fail(err, DD_EINVAL, "dd_measure_read_bandwidth_size: gbps is NULL");
     const dd_backend_row *row;
+    if (!bytes) return dd_fail(err, DD_EINVAL, "dd_measure_read_bandwidth_size: bytes is 0");
     dd_status s = dd_registry_pick(b, &row, err);
-    if (s) return s;
-    if (!row->read_bandwidth_size)
-        return dd_fail(err, DD_EUNSUPPORTED, "backend %s: read bandwidth at a given size is not measured",
-                       row->info.name);
-    return row->read_bandwidth_size(threads, bytes, gbps, err);
+    return s ? s : row->read_bandwidth(threads, bytes, gbps, err);
 }

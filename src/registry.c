@@ -29,8 +29,9 @@ static dd_status cuda_probe(dd_error *err) {
     return dd_cuda_device_present() ? DD_OK
                                     : dd_fail(err, DD_EUNSUPPORTED, "backend cuda: no CUDA device is available");
 }
-static dd_status cuda_bandwidth(int threads, double *gbps, dd_error *err) {
+static dd_status cuda_bandwidth(int threads, uint64_t bytes, double *gbps, dd_error *err) {
     (void)threads;
+    if (bytes) return dd_fail(err, DD_EUNSUPPORTED, "backend cuda: read bandwidth at a given size is not measured");
     return dd_cuda_copy_bandwidth(gbps, err);
 }
 static dd_status cuda_linear(const dd_linear_args *a, int variant, int threads, dd_error *err) {
@@ -48,13 +49,11 @@ const dd_backend_row dd_registry[] = {
     {.info = {DD_BACKEND_REF, "ref", "streaming read", 3},
      .vt = &dd_ref_backend,
      .read_bandwidth = dd_host_read_bandwidth,
-     .read_bandwidth_size = dd_host_read_bandwidth_size,
      .test = {.oracle = 1, .host_memory = 1}},
 #ifdef DD_WITH_CPU
     {.info = {DD_BACKEND_CPU, "cpu", "streaming read", 20},
      .vt = &dd_cpu_backend,
      .read_bandwidth = dd_host_read_bandwidth,
-     .read_bandwidth_size = dd_host_read_bandwidth_size,
      .test = {.nvariants = DD_CPU_NISA,
               .variant_name = cpu_variant_name,
               .variant_supported = cpu_variant_supported,

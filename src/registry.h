@@ -44,10 +44,10 @@ typedef struct dd_backend_row {
     /* DD_OK when the backend can run here, else DD_EUNSUPPORTED with a message naming the backend and why ("backend
      * cuda: no CUDA device is available"); err may be NULL. NULL: it can always run when built. */
     dd_status (*probe)(dd_error *err);
-    /* The read bandwidth dd_measure_read_bandwidth reports for it (info.bandwidth_method says how). */
-    dd_status (*read_bandwidth)(int threads, double *gbps, dd_error *err);
-    /* The same read over a buffer of `bytes` (dd_measure_read_bandwidth_size); NULL: not measured for this backend. */
-    dd_status (*read_bandwidth_size)(int threads, uint64_t bytes, double *gbps, dd_error *err);
+    /* The read bandwidth dd_measure_read_bandwidth reports for it (info.bandwidth_method says how): bytes 0 = its
+     * default measure; else over a buffer of that size (dd_measure_read_bandwidth_size; DD_EUNSUPPORTED where the
+     * backend does not measure that). */
+    dd_status (*read_bandwidth)(int threads, uint64_t bytes, double *gbps, dd_error *err);
     dd_backend_test test;
 } dd_backend_row;
 
@@ -66,10 +66,9 @@ dd_status dd_registry_pick(dd_backend b, const dd_backend_row **out, dd_error *e
 /* ---- what the rows bind, defined in each backend's own files --------------------------------------------------- */
 
 extern const dd_backend_vt dd_ref_backend; /* ref.c */
-/* bandwidth.c: a multi-threaded streaming read of a 1 GiB host buffer (threads 0 = one per core), best of 5 */
-dd_status dd_host_read_bandwidth(int threads, double *gbps, dd_error *err);
-/* the same read over a buffer of `bytes` (at least 1 MiB), re-read so that each timed repetition covers >= 1 GiB */
-dd_status dd_host_read_bandwidth_size(int threads, uint64_t bytes, double *gbps, dd_error *err);
+/* bandwidth.c: a multi-threaded streaming read of a host buffer of `bytes` (0: 1 GiB; else at least 1 MiB, re-read
+ * so that each timed repetition covers >= 1 GiB), threads 0 = one per core, best of 5 */
+dd_status dd_host_read_bandwidth(int threads, uint64_t bytes, double *gbps, dd_error *err);
 #ifdef DD_WITH_CPU
 extern const dd_backend_vt dd_cpu_backend; /* cpu/cpu.c; the rest of its interface is cpu/cpu.h */
 #endif
