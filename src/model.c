@@ -828,7 +828,7 @@ dd_status dd_model_from_tensors(dd_model **out, const char *config_json, const d
     /* the one name map the file loader uses */
     if (!s) s = dd_model_load_from_maps(m, "tensors", csm, err);
     /* the weights it resolved point into the caller's buffers: copy them (vectors are already owned float32) */
-    if (!s && !csm) s = own_weight(m, &m->heads, err);
+    if (!s && !csm) s = own_weight(m, &m->heads, err); /* CSM's heads are an owned transposed copy already */
     if (!s) s = own_weight(m, &m->head0, err);
     if (!s) s = own_weight(m, &m->in_proj, err);
     if (!s) s = own_weight(m, &m->embed, err);

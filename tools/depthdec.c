@@ -667,8 +667,11 @@ static int cmd_bench(opts *o) {
      * have to hold for the later passes of a frame to be served from it; measured where the backend can */
     uint64_t ws_bytes = dd_model_weight_bytes_per_frame(m) / (uint64_t)(c->levels - 1);
     if (!rc && dd_measure_read_bandwidth(used, threads, &gbps, &e)) rc = fail(&e);
-    if (!rc && ws_bytes >= (1u << 20) && dd_measure_read_bandwidth_size(used, threads, ws_bytes, &ws_gbps, &e))
-        ws_gbps = 0; /* not measured for this backend (cuda): said below */
+    if (!rc && ws_bytes >= (1u << 20)) {
+        dd_status st = dd_measure_read_bandwidth_size(used, threads, ws_bytes, &ws_gbps, &e);
+        if (st == DD_EUNSUPPORTED) ws_gbps = 0; /* not measured for this backend (cuda): said below */
+        else if (st) rc = fail(&e);
+    }
     if (!rc) {
         qsort(ms, (size_t)frames, sizeof *ms, cmp_double);
         double med = ms[frames / 2];
