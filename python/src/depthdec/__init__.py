@@ -264,10 +264,6 @@ def _host_array(x, name):
         raise ArgumentError("%s: not an array: %s" % (name, e)) from None
 
 
-def _as_array(x, name):
-    return _host_array(x, name)
-
-
 def _like(ref, *outs):
     """The results in ref's library: torch tensors (sharing the numpy memory) when ref is a torch tensor, numpy
     arrays otherwise. None stays None."""
@@ -290,7 +286,7 @@ def _check(model, what, a, rows, label):
 def _hidden(model, x):
     """float32 C-contiguous [N, input_dim], N >= 1: float16/float64 are converted; a value that is not finite, or
     does not fit float32, is refused (naming row and element)."""
-    a = _as_array(x, "hidden")
+    a = _host_array(x, "hidden")
     _check(model, 0, a, 0, "hidden")
     if a.dtype.kind == "f":
         bad = ~np.isfinite(a)
@@ -311,7 +307,7 @@ def _hidden(model, x):
 
 def _codes(model, x, name, shape, V):
     """int32 C-contiguous codes of the given shape (int32 or int64 given), every value in [0, V)."""
-    a = _as_array(x, name)
+    a = _host_array(x, name)
     _check(model, 1 if len(shape) == 1 else 2, a, shape[0], name)
     bad = (a < 0) | (a >= V)
     if bad.any():
@@ -333,7 +329,7 @@ def _keys(x, name, n, consecutive):
             out += np.uint64(v)  # wraps modulo 2**64
             return out
         return np.full(n, v, dtype=np.uint64)
-    a = _as_array(x, name)
+    a = _host_array(x, name)
     if a.dtype.kind not in "iu":
         raise ArgumentError("%s: dtype %s, want integers in [0, 2**64)" % (name, a.dtype))
     if a.shape != (n,):
