@@ -1,23 +1,53 @@
 #!/usr/bin/env bash
-# A/B of a patch to the CUDA sources in one device call: the tree as it is, then with PATCH applied (patch -p1, the
-# device's copy of the tree need not be a git checkout), each side built and run through lat_iter.sh (tests, per-op
-# timeline); the patch is reverted at the end. Per side, under $OUT/base and $OUT/patch: summary.txt, timeline.md,
-# logs.tgz (within the device tool's 8 returned files).
-#   OUT=/tmp/x dev/cuda/lat_ab.sh dev/cuda/lat_sampler_fast.patch
-#   env: TESTS (default "test_executors:2 test_e2e:1"), TL_CFGS (default "gpt:bf16:1 csm:bf16:1 gpt:bf16:8")
+# A/B of patches to the CUDA sources in one device call: the tree as it is ("base"), then each side in SIDES with
+# its patches applied (patch -p1, comma-separated, applied to a fresh copy of the tree: the device's copy need not
+# be a git checkout); each side built and run through lat_iter.sh (tests, per-op timeline). CUDA objects built
+# here ahead of the call are reused when carried as build-ab/SIDE/cuobj (with sources.sha; scripts below). Per
+# side, under $OUT/SIDE: summary.txt, timeline.md, logs.tgz (keep sides x 3 within the device tool's 8 files).
+#   OUT=/tmp/x dev/cuda/lat_ab.sh "s:dev/cuda/a.patch n:dev/cuda/a.patch,dev/cuda/b.patch"
+#   dev/cuda/lat_ab.sh prebuild "s:..."     (here: build-ab/SIDE/cuobj for base and each side, nvcc only)
+#   env: TESTS (default "test_executors:2 test_e2e:1"), BASE_TESTS (default "all:1"),
+#        TL_CFGS (default "gpt:bf16:1 csm:bf16:1 gpt:bf16:8")
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
+ROOT=$PWD
 OUT=${OUT:-/tmp/lat_ab}
-PATCH=${1:?usage: lat_ab.sh PATCH}
+mode=run
+[ "${1:-}" = prebuild ] && { mode=prebuild; shift; }
+SIDES="base: ${1:-}"
+src_sha() { { cat src/cuda/*.cu src/cuda/*.cuh src/*.h include/depthdec.h; grep -E "NVFLAGS|NVCC|CUDA_ARCH" Makefile; } | sha256sum | cut -d' ' -f1; }
+tree_for() { # $1 side, $2 patches: a copy of the tree under $W/$1 with the patches applied
+    local d=$W/$1
+    rm -rf "$d"; mkdir -p "$d"
+    tar cf - --exclude=./build-ab --exclude='./build-*' --exclude=./.git --exclude=./.venv . | (cd "$d" && tar xf -)
+    [ -d build-idcu ] && ln -s "$ROOT/build-idcu" "$d/build-idcu"
+    local p
+    for p in ${2//,/ }; do (cd "$d" && patch -p1 --forward --quiet <"$ROOT/$p") || { echo "lat_ab: $p does not apply"; return 1; }; done
+}
+W=$(mktemp -d)
+if [ $mode = prebuild ]; then
+    for sp in $SIDES; do
+        side=${sp%%:*} pats=${sp#*:}
+        tree_for "$side" "$pats" || exit 1
+        (cd "$W/$side" && make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda $(ls src/cuda/*.cu | sed 's|src/cuda/\(.*\)\.cu|build-cuda/cuobj/\1.o|') >build.log 2>&1 &&
+            src_sha >build-cuda/cuobj/sources.sha && mkdir -p "$ROOT/build-ab/$side" && rm -rf "$ROOT/build-ab/$side/cuobj" &&
+            cp -r build-cuda/cuobj "$ROOT/build-ab/$side/" && echo "prebuilt $side") || { echo "prebuild $side failed"; tail -20 "$W/$side/build.log"; } &
+    done
+    wait
+    rm -rf "$W"
+    exit 0
+fi
 mkdir -p "$OUT"
-for side in base patch; do
-    if [ "$side" = patch ]; then
-        patch -p1 --forward --quiet <"$PATCH" || { echo "lat_ab: $PATCH does not apply"; exit 1; }
-    fi
-    mkdir -p "$OUT/$side"
-    OUT="$OUT/$side" TESTS="${TESTS:-test_executors:2 test_e2e:1}" TL_CFGS="${TL_CFGS:-gpt:bf16:1 csm:bf16:1 gpt:bf16:8}" \
-        bash dev/cuda/lat_iter.sh build tests timeline >"$OUT/$side/summary.txt" 2>&1
-    echo "== $side"
-    grep -E "rc [0-9]|PASSED|FAILED|ms/frame|^\| (sample|attention|qkv|fc2)" "$OUT/$side/summary.txt" | head -40
+for sp in $SIDES; do
+    side=${sp%%:*} pats=${sp#*:}
+    tree_for "$side" "$pats" || continue
+    mkdir -p "$OUT/$side" "$W/$side/build-cuda"
+    [ -d "build-ab/$side/cuobj" ] && cp -r "build-ab/$side/cuobj" "$W/$side/build-cuda/"
+    [ -d build-cuda/obj ] && cp -r build-cuda/obj "$W/$side/build-cuda/" # C objects: the same for every side
+    tests=$([ "$side" = base ] && echo "${BASE_TESTS:-all:1}" || echo "${TESTS:-test_executors:2 test_e2e:1}")
+    (cd "$W/$side" && OUT="$OUT/$side" TESTS="$tests" TL_CFGS="${TL_CFGS:-gpt:bf16:1 csm:bf16:1 gpt:bf16:8}" \
+        bash dev/cuda/lat_iter.sh build tests timeline >"$OUT/$side/summary.txt" 2>&1)
+    echo "== $side ($pats)"
+    grep -E "reusing|build:|rc [0-9]|PASSED|FAILED|ms/frame|^\| (sample|attention|qkv|out|fc1|fc2|head)" "$OUT/$side/summary.txt" | head -40
 done
-patch -p1 -R --quiet <"$PATCH"
+rm -rf "$W"

@@ -35,7 +35,8 @@ if has tests; then
     for tq in ${TESTS:-test_executors:0 test_invariance:1 test_e2e:1}; do # name:DD_TEST_QUICK
         t=${tq%%:*} q=${tq#*:}
         if [ "$q" = 0 ]; then qe="env -u DD_TEST_QUICK"; else qe="env DD_TEST_QUICK=$q"; fi # the test reads any value as quick
-        $qe DD_TEST_ONLY=$t timeout ${TT:-240} $B/test_cuda >"$OUT/$t.log" 2>&1
+        oe=$([ "$t" = all ] && echo "env -u DD_TEST_ONLY" || echo "env DD_TEST_ONLY=$t") # all: every test
+        $qe $oe timeout ${TT:-240} $B/test_cuda >"$OUT/$t.log" 2>&1
         echo "$t rc $?"; grep -vE "^\[ (RUN|  *OK) " "$OUT/$t.log" | tail -30
     done
 fi

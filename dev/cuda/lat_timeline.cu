@@ -86,6 +86,7 @@ int main(int argc, char **argv) {
     };
     /* instances (pass, op) in chain order: max and min end over SMs */
     std::map<u64, std::pair<u64, u64>> inst;
+    std::map<u64, u64> inst_in; /* the critical (last-ending) SM's inputs-staged time */
     std::map<std::string, double> ph_in, ph_w, ph_rest;
     std::map<std::string, int> ph_n, phase_n;
     std::map<std::string, std::vector<double>> phase;
@@ -97,7 +98,7 @@ int main(int argc, char **argv) {
         for (int k = 1; k < LT_TL_MAX - 1 && b[LT_TL_W * k]; k++) {
             const u64 *r = b + LT_TL_W * k;
             auto &x = inst[r[1]];
-            if (!x.first || r[0] > x.first) x.first = r[0];
+            if (!x.first || r[0] > x.first) x.first = r[0], inst_in[r[1]] = r[2];
             if (!x.second || r[0] < x.second) x.second = r[0];
             if (r[0] > t1) t1 = r[0];
             std::string lb = label((int)(r[1] & 0xFFFFFFFFu));
@@ -110,16 +111,20 @@ int main(int argc, char **argv) {
             { /* SM-clock phases of the step: each set mark minus the previous set one */
                 const long long *ph = (const long long *)(r + 4);
                 auto &acc = phase[lb];
-                acc.resize(10);
-                int last = 0;
-                for (int i = 1; i < 10; i++)
-                    if (ph[i]) acc[i] += (double)(ph[i] - ph[last]), last = i;
+                acc.resize(12);
+                /* marks in time order (a mark's index names the phase that ends at it, not its position) */
+                std::vector<std::pair<long long, int>> mk;
+                for (int i = 1; i < 12; i++)
+                    if (ph[i]) mk.push_back({ph[i], i});
+                std::sort(mk.begin(), mk.end());
+                long long last = ph[0];
+                for (auto &m : mk) acc[m.second] += (double)(m.first - last), last = m.first;
                 phase_n[lb]++;
             }
             prev_end = r[0];
         }
     }
-    std::map<std::string, double> crit, spread;
+    std::map<std::string, double> crit, spread, c_in, c_rest;
     std::map<std::string, int> count;
     std::vector<std::string> order;
     u64 prev = t0;
@@ -129,6 +134,11 @@ int main(int argc, char **argv) {
         count[lb]++;
         crit[lb] += kv.second.first > prev ? (kv.second.first - prev) * 1e-3 : 0.0;
         spread[lb] += (kv.second.first - kv.second.second) * 1e-3;
+        const u64 tin = std::max(inst_in[kv.first], prev); /* the critical SM: inputs staged after the previous op ended */
+        if (kv.second.first > prev && tin <= kv.second.first) {
+            c_in[lb] += (tin - prev) * 1e-3;
+            c_rest[lb] += (kv.second.first - tin) * 1e-3;
+        }
         if (kv.second.first > prev) prev = kv.second.first;
     }
     {
@@ -139,25 +149,27 @@ int main(int argc, char **argv) {
     printf("%s %s batch %d %s: one frame %.1f us (first SM start to last step end), %d SMs\n", kind, wt, n,
            score ? "score" : "decode", (t1 - t0) * 1e-3, G);
     printf("| op | count | critical path us | per op us | last-first SM end us | SM step: inputs us | weights us | "
-           "compute+out us |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
+           "compute+out us | critical SM: to inputs staged us | inputs staged to end us |\n"
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (auto &lb : order) {
         int pn = ph_n[lb] ? ph_n[lb] : 1;
-        printf("| %s | %d | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", lb.c_str(), count[lb], crit[lb],
-               crit[lb] / count[lb], spread[lb] / count[lb], ph_in[lb] / pn, ph_w[lb] / pn, ph_rest[lb] / pn);
+        printf("| %s | %d | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", lb.c_str(), count[lb], crit[lb],
+               crit[lb] / count[lb], spread[lb] / count[lb], ph_in[lb] / pn, ph_w[lb] / pn, ph_rest[lb] / pn,
+               c_in[lb] / count[lb], c_rest[lb] / count[lb]);
     }
     { /* where a step's time goes on its SM (SM clock; averages over the SMs that run the op) */
         const u64 *b0 = tl.data(), *bz = tl.data() + (size_t)(LT_TL_MAX - 1) * LT_TL_W;
         const double cyc_us = bz[2] > b0[0] ? (double)(bz[3] - b0[2]) / (double)(bz[2] - b0[0]) * 1e3 : 1.9e3;
-        printf("\nSM-clock phases of a step, us (linear: 1 residual poll, 2 input poll, 3 norm statistics, 4 normalise + "
-               "pack, 5 wait for the first piece, 6 its mma items, 7 its reduction, 8 the other pieces, 9 epilogue; "
+        printf("\nSM-clock phases of a step, us (linear: 1 residual poll, 2 input poll (thread 0), 7 the other threads' polls (barrier), 3 norm statistics, 4 normalise + "
+               "pack, 5 wait for the first piece, 6 its mma items, 8 the other pieces, 9 epilogue, 10/11 (LT_WARM builds) the statistics / normalise run once before the timed run; "
                "attention: 1 cache rows to shared memory (thread 0), 2 q/k/v poll, 3 rope, 4 append, 5 scores + softmax, 6 values + publish (last query of warp 0), 9 the other warps and the end; sample: 1 "
                "Gumbel noise, 2 logit poll, 6 sampler, 9 gather + publish)\n");
-        printf("| op | steps | 1 | 2 | 3 | 4 | 5 | 6 | 7 | 8 | 9 | sum |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        printf("| op | steps | 1 | 2 | 3 | 4 | 5 | 6 | 7 | 8 | 9 | 10 | 11 | sum |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
         for (auto &lb : order) {
             const int pn = phase_n[lb] ? phase_n[lb] : 1;
             double sum = 0;
             printf("| %s | %d |", lb.c_str(), phase_n[lb]);
-            for (int i = 1; i < 10; i++) {
+            for (int i = 1; i < 12; i++) {
                 const double us = phase[lb].size() > (size_t)i ? phase[lb][i] / pn / cyc_us : 0.0;
                 sum += us;
                 printf(" %.2f |", us);

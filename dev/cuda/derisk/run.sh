@@ -7,17 +7,19 @@
 #   mma_swap.cu mma.sync m16n8k16 with the operands in swapped roles (weights as B): bit-identical outputs?
 #   wgmma_bits.cu  wgmma m64nNk16 hi/lo chains (weights or activations as A, A from smem or registers, N 64..256)
 #               vs the engine's mma.sync m16n8k16 chain: bit-identical chunk partials?
+#   stage.cu    the phases of a latency-executor step (poll, norm statistics, normalise, mma items) on one SM
+#               in isolation, with the library's device functions (hence -I ../../../src -I ../../../include)
 # Builds for sm_90a into $BUILD (default dev/cuda/derisk/build, git-ignored by the lead), runs each program under
 # a timeout (at most 120 s each, and all of it within a ~170 s budget), writes everything to $OUT/derisk.txt
 # (default OUT=/tmp/derisk; per-program logs and build logs beside it) and prints a compact summary last.
-#   OUT=/tmp/x dev/cuda/derisk/run.sh [ring] [cluster] [wgmma] [mma_swap] [wgmma_bits]      (default: all)
+#   OUT=/tmp/x dev/cuda/derisk/run.sh [ring] [cluster] [wgmma] [mma_swap] [wgmma_bits] [stage]      (default: all)
 set -u -o pipefail
 cd "$(dirname "$0")"
 OUT=${OUT:-/tmp/derisk}
 BUILD=${BUILD:-build}
-PROGS=${*:-ring cluster wgmma mma_swap wgmma_bits}
+PROGS=${*:-ring cluster wgmma mma_swap wgmma_bits stage}
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
-FLAGS="-O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v"
+FLAGS="-O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -I ../../../src -I ../../../include"
 BUDGET_S=${BUDGET_S:-170}
 mkdir -p "$OUT" "$BUILD"
 T0=$(date +%s)
@@ -73,7 +75,7 @@ done
 # summary: the device lines, every result row (spaces squeezed), the one-line summaries, and every FAIL/SKIP
 echo
 echo "==== derisk summary (full output: $R)"
-grep -E "^# (ring|cluster|wgmma|mma_swap|wgmma_bits)( on |: SM clock)" "$R" | head -2
+grep -E "^# (ring|cluster|wgmma|mma_swap|wgmma_bits|stage)( on |: SM clock)" "$R" | head -2
 grep -E "^RESULT " "$R" | sed -e 's/^RESULT //' -e 's/   */ /g'
 grep -E "^SUMMARY " "$R"
 nf=$(grep -cE "^FAIL" "$R")
