@@ -84,6 +84,7 @@ typedef struct dd_config {
     int quant_bits;  /* 0 = dense; 8 or 4 = MLX affine */
     int quant_group; /* group size when quantized */
     dd_dtype weight_type; /* storage type of the layer matrices */
+    int has_qk_norm;      /* Qwen3: q and k RMS-normed per head (over head_dim, weights q_norm/k_norm) before RoPE */
 } dd_config;
 
 /* Load a model from `path`: a .safetensors file (native layout; config in __metadata__["depthdec.config"] or a

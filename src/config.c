@@ -111,6 +111,11 @@ dd_status dd_config_parse_native(const char *src, const json_t *o, dd_config *c,
         (st = get_num(src, o, "norm_eps", 1e-5, &eps, err)))
         return st;
     c->norm_eps = (float)eps;
+    const json_t *qk = json_object_get(o, "qk_norm");
+    if (qk && !json_is_null(qk)) {
+        if (!json_is_boolean(qk)) return dd_fail(err, DD_EMODEL, "%s: config: \"qk_norm\" must be true or false", src);
+        c->has_qk_norm = json_is_true(qk);
+    }
     const json_t *rope = json_object_get(o, "rope");
     if (rope && !json_is_null(rope)) {
         if (!json_is_object(rope)) return dd_fail(err, DD_EMODEL, "%s: config: \"rope\" must be null or an object", src);
@@ -136,23 +141,13 @@ dd_status dd_config_parse_native(const char *src, const json_t *o, dd_config *c,
     return check_config(src, c, err);
 }
 
-dd_status dd_config_parse_csm(const char *src, const json_t *o, dd_config *c, dd_error *err) {
-    memset(c, 0, sizeof *c);
-    if (!json_is_object(o)) return dd_fail(err, DD_EMODEL, "%s: not a JSON object", src);
-    const json_t *mt = json_object_get(o, "model_type");
-    if (!json_is_string(mt) || strcmp(json_string_value(mt), "csm") != 0)
-        return dd_fail(err, DD_EMODEL, "%s: model_type is not \"csm\" (only the HF CSM layout is supported)", src);
-    const json_t *d = json_object_get(o, "depth_decoder_config");
-    if (!json_is_object(d)) return dd_fail(err, DD_EMODEL, "%s: missing object \"depth_decoder_config\"", src);
+/* The Llama-style keys an HF decoder config shares (CSM's depth decoder, the Qwen3 code predictors): V, D, layers,
+ * heads, kv heads, head_dim, ffn, eps, activation, RoPE. `where` names the object in messages. */
+static dd_status parse_hf_llama(const char *src, const char *where, const json_t *d, dd_config *c, dd_error *err) {
     c->block = DD_BLOCK_LLAMA;
     dd_status st;
-    int backbone_hidden = 0;
     double eps;
-    if ((st = get_int(src, o, "hidden_size", 0, 0, DD_MAX_DIM, &backbone_hidden, err)) ||
-        (st = get_int(src, d, "backbone_hidden_size", backbone_hidden > 0 ? backbone_hidden : -1, 1, DD_MAX_DIM,
-                      &c->input_dim, err)) ||
-        (st = get_int(src, d, "num_codebooks", -1, 2, DD_MAX_LEVELS, &c->levels, err)) ||
-        (st = get_int(src, d, "vocab_size", -1, 1, DD_MAX_VOCAB, &c->codebook_size, err)) ||
+    if ((st = get_int(src, d, "vocab_size", -1, 1, DD_MAX_VOCAB, &c->codebook_size, err)) ||
         (st = get_int(src, d, "hidden_size", -1, 1, DD_MAX_DIM, &c->dim, err)) ||
         (st = get_int(src, d, "num_hidden_layers", -1, 1, DD_MAX_LAYERS, &c->layers, err)) ||
         (st = get_int(src, d, "num_attention_heads", -1, 1, DD_MAX_HEADS, &c->heads, err)) ||
@@ -165,7 +160,7 @@ dd_status dd_config_parse_csm(const char *src, const json_t *o, dd_config *c, dd
     c->norm_eps = (float)eps;
     const json_t *act = json_object_get(d, "hidden_act");
     if (act && json_is_string(act) && strcmp(json_string_value(act), "silu") != 0)
-        return dd_fail(err, DD_EMODEL, "%s: depth_decoder_config.hidden_act \"%s\" (only silu is supported)", src,
+        return dd_fail(err, DD_EMODEL, "%s: %shidden_act \"%s\" (only silu is supported)", src, where,
                        json_string_value(act));
     /* RoPE: transformers >= 5 writes rope_parameters {rope_type, rope_theta, ...}; 4.x writes rope_theta and
      * rope_scaling {rope_type|type, factor, ...}. */
@@ -191,5 +186,67 @@ dd_status dd_config_parse_csm(const char *src, const json_t *o, dd_config *c, dd
             return dd_fail(err, DD_EMODEL, "%s: rope type \"%s\" is not supported (default or llama3)", src, t);
         }
     }
+    return DD_OK;
+}
+
+dd_status dd_config_parse_csm(const char *src, const json_t *o, dd_config *c, dd_error *err) {
+    memset(c, 0, sizeof *c);
+    if (!json_is_object(o)) return dd_fail(err, DD_EMODEL, "%s: not a JSON object", src);
+    const json_t *mt = json_object_get(o, "model_type");
+    if (!json_is_string(mt) || strcmp(json_string_value(mt), "csm") != 0)
+        return dd_fail(err, DD_EMODEL, "%s: model_type is not \"csm\"", src);
+    const json_t *d = json_object_get(o, "depth_decoder_config");
+    if (!json_is_object(d)) return dd_fail(err, DD_EMODEL, "%s: missing object \"depth_decoder_config\"", src);
+    dd_status st;
+    int backbone_hidden = 0;
+    if ((st = get_int(src, o, "hidden_size", 0, 0, DD_MAX_DIM, &backbone_hidden, err)) ||
+        (st = get_int(src, d, "backbone_hidden_size", backbone_hidden > 0 ? backbone_hidden : -1, 1, DD_MAX_DIM,
+                      &c->input_dim, err)) ||
+        (st = get_int(src, d, "num_codebooks", -1, 2, DD_MAX_LEVELS, &c->levels, err)) ||
+        (st = parse_hf_llama(src, "depth_decoder_config.", d, c, err)))
+        return st;
     return check_config(src, c, err);
+}
+
+/* Qwen3 code predictors: the Qwen3-Omni talker's predictor saved alone (model_type
+ * "qwen3_omni_moe_talker_code_predictor", tensors unprefixed) or a whole Qwen3-TTS model ("qwen3_tts": the predictor
+ * under talker_config.code_predictor_config, tensors under "talker.code_predictor.", the talker's width in
+ * talker_config.hidden_size). input_dim is the talker's width (the Omni predictor alone: its own width; the loader
+ * checks it against the projection tensor when there is one). */
+dd_status dd_config_parse_qwen3(const char *src, const json_t *o, dd_config *c, const char **prefix, dd_error *err) {
+    memset(c, 0, sizeof *c);
+    if (!json_is_object(o)) return dd_fail(err, DD_EMODEL, "%s: not a JSON object", src);
+    const json_t *mt = json_object_get(o, "model_type");
+    const char *t = json_is_string(mt) ? json_string_value(mt) : "";
+    const json_t *d = o, *talker = NULL;
+    const char *where = "";
+    if (strcmp(t, "qwen3_tts") == 0) {
+        talker = json_object_get(o, "talker_config");
+        d = json_is_object(talker) ? json_object_get(talker, "code_predictor_config") : NULL;
+        if (!json_is_object(d))
+            return dd_fail(err, DD_EMODEL, "%s: missing object \"talker_config.code_predictor_config\"", src);
+        where = "talker_config.code_predictor_config.";
+        *prefix = "talker.code_predictor.";
+    } else if (strcmp(t, "qwen3_omni_moe_talker_code_predictor") == 0) {
+        *prefix = "";
+    } else {
+        return dd_fail(err, DD_EMODEL, "%s: model_type \"%s\" is not a Qwen3 code predictor", src, t);
+    }
+    dd_status st;
+    if ((st = get_int(src, d, "num_code_groups", -1, 2, DD_MAX_LEVELS, &c->levels, err)) ||
+        (st = parse_hf_llama(src, where, d, c, err)))
+        return st;
+    c->input_dim = c->dim;
+    if (talker && (st = get_int(src, talker, "hidden_size", -1, 1, DD_MAX_DIM, &c->input_dim, err))) return st;
+    c->has_qk_norm = 1;
+    return check_config(src, c, err);
+}
+
+/* The model_type of an HF config.json: which loader reads the directory */
+dd_family dd_config_family(const json_t *o) {
+    const json_t *mt = json_is_object(o) ? json_object_get(o, "model_type") : NULL;
+    const char *t = json_is_string(mt) ? json_string_value(mt) : "";
+    if (strcmp(t, "csm") == 0) return DD_FAMILY_CSM;
+    if (strcmp(t, "qwen3_tts") == 0 || strcmp(t, "qwen3_omni_moe_talker_code_predictor") == 0) return DD_FAMILY_QWEN3;
+    return DD_FAMILY_NATIVE;
 }

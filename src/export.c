@@ -159,7 +159,11 @@ static void put_mat(writer *w, const char *base, const dd_weight *const *parts, 
 static dd_weight model_space_embed(writer *w, const dd_model *m) {
     const dd_config *c = &m->cfg;
     int64_t rows = (int64_t)(c->levels - 1) * c->codebook_size, D = c->dim, I = c->input_dim;
-    dd_dtype t = (m->embed.type == DD_Q8 || m->embed.type == DD_Q4) ? DD_F32 : m->embed.type;
+    /* stored as the conversion's dense type when converting (else the table's own, f32 for a quantized one): a
+     * bf16 table projected and rounded back to bf16 would add a rounding the source model does not have */
+    dd_dtype t = w->p->convert ? w->p->dense_type
+                 : (m->embed.type == DD_Q8 || m->embed.type == DD_Q4) ? DD_F32
+                                                                      : m->embed.type;
     size_t es = t == DD_F32 ? 4 : 2;
     uint8_t *out = dd_st_list_alloc(&w->l, (size_t)rows * D * es);
     float *src = malloc((size_t)I * 4), *wr = malloc((size_t)I * 4), *y = malloc((size_t)D * 4);
@@ -170,7 +174,7 @@ static dd_weight model_space_embed(writer *w, const dd_model *m) {
                 dd_weight_row_f32(&m->in_proj, d, wr);
                 double acc = 0;
                 for (int64_t k = 0; k < I; k++) acc += (double)wr[k] * src[k];
-                y[d] = (float)acc;
+                y[d] = (float)(acc + (m->in_bias ? (double)m->in_bias[d] : 0.0)); /* in() includes its bias (Qwen3-TTS) */
             }
             store(t, y, D, out + (size_t)r * D * es);
         }
@@ -200,9 +204,10 @@ static void config_json(const dd_model *m, const dd_export_params *p, char *buf,
     snprintf(buf, n,
              "{\"format\":\"depthdec\",\"version\":1,\"block\":\"%s\",\"levels\":%d,\"codebook_size\":%d,"
              "\"input_dim\":%d,\"dim\":%d,\"layers\":%d,\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"ffn_dim\":%d,"
-             "\"norm_eps\":%.9g,\"rope\":%s%s}",
+             "\"norm_eps\":%.9g,\"rope\":%s%s%s}",
              c->block == DD_BLOCK_GPT ? "gpt" : "llama", c->levels, c->codebook_size, c->input_dim, c->dim, c->layers,
-             c->heads, c->kv_heads, c->head_dim, c->ffn_dim, (double)c->norm_eps, rope, quant);
+             c->heads, c->kv_heads, c->head_dim, c->ffn_dim, (double)c->norm_eps, rope, quant,
+             c->has_qk_norm ? ",\"qk_norm\":true" : "");
 }
 
 static dd_status build_image(const dd_model *m, const dd_export_params *p, uint8_t **img, size_t *size,
@@ -254,6 +259,8 @@ static dd_status build_image(const dd_model *m, const dd_export_params *p, uint8
         put_vec(&w, NM("fc1.bias"), l->b1, c->ffn_dim);
         put_mat(&w, NM("fc2"), (const dd_weight *[]){&l->fc2}, 1, 2, (int64_t[]){D}, q);
         put_vec(&w, NM("fc2.bias"), l->b2, D);
+        put_vec(&w, NM("q_norm.weight"), l->q_norm, c->head_dim);
+        put_vec(&w, NM("k_norm.weight"), l->k_norm, c->head_dim);
 #undef NM
     }
     put_vec(&w, "norm.weight", m->norm_w, D);

@@ -74,6 +74,9 @@ typedef struct dd_attend_args {
     int B, P, p0;
     int H, KVH, HD;
     const double *inv_freq;
+    const float *q_norm, *k_norm; /* Qwen3: when not NULL, each q / k head is RMS-normed over HD (x rsqrt(mean x^2 +
+                                   * qk_eps) w, w the HD weights) before RoPE */
+    float qk_eps;
 } dd_attend_args;
 
 /* sample + gather — the SPEC §3 rule (src/sample.h, shared by every backend) applied to a row of logits, then the

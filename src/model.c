@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 
 
@@ -382,8 +383,13 @@ static dd_status load_native_tensors(loader *L, dd_error *err) {
             (s = load_mat(L, NM(n1, "fc1.weight"), 0, gpt ? F : 2 * F, D, 1, &fc1, err)) ||
             (s = load_vec(L, NM(n2, "fc1.bias"), gpt ? F : 2 * F, 0, &b1, err)) ||
             (s = load_mat(L, NM(n1, "fc2.weight"), 0, D, F, 1, &l->fc2, err)) ||
-            (s = load_vec(L, NM(n2, "fc2.bias"), D, 0, &l->b2, err)))
+            (s = load_vec(L, NM(n2, "fc2.bias"), D, 0, &l->b2, err)) ||
+            (s = load_vec(L, NM(n1, "q_norm.weight"), HD, c->has_qk_norm, &l->q_norm, err)) ||
+            (s = load_vec(L, NM(n2, "k_norm.weight"), HD, c->has_qk_norm, &l->k_norm, err)))
             return s;
+        if (!c->has_qk_norm && (l->q_norm || l->k_norm))
+            return dd_fail(err, DD_EMODEL, "%s: layers.%d: q_norm/k_norm tensors given but the config has no \"qk_norm\": true",
+                           L->label, i);
 #undef NM
         if (!gpt && (l->norm1_b || l->norm2_b))
             return dd_fail(err, DD_EMODEL, "%s: layers.%d: norm biases given for a llama block (RMSNorm has none)",
@@ -411,11 +417,40 @@ static dd_status load_native_tensors(loader *L, dd_error *err) {
     return DD_OK;
 }
 
+/* One HF Llama-style decoder layer under `base` ("…layers.{i}."): RMSNorms, q/k/v/o (optional biases, all q/k/v
+ * or none), SwiGLU; with qk, Qwen3's per-head q_norm / k_norm [HD] too. */
+static dd_status load_hf_layer(loader *L, const char *base, int i, int qk, dd_layer *l, dd_error *err) {
+    const dd_config *c = &L->m->cfg;
+    const int64_t D = c->dim, H = c->heads, KV = c->kv_heads, HD = c->head_dim, F = c->ffn_dim;
+    char n[300];
+#define NM(fmt) (snprintf(n, sizeof n, "%s" fmt, base), n)
+    dd_status s;
+    if ((s = load_vec(L, NM("input_layernorm.weight"), D, 1, &l->norm1_w, err)) ||
+        (s = load_vec(L, NM("post_attention_layernorm.weight"), D, 1, &l->norm2_w, err)) ||
+        (qk && (s = load_vec(L, NM("self_attn.q_norm.weight"), HD, 1, &l->q_norm, err))) ||
+        (qk && (s = load_vec(L, NM("self_attn.k_norm.weight"), HD, 1, &l->k_norm, err))) ||
+        (s = load_mat(L, NM("self_attn.q_proj.weight"), 0, H * HD, D, 1, &l->wq, err)) ||
+        (s = load_mat(L, NM("self_attn.k_proj.weight"), 0, KV * HD, D, 1, &l->wk, err)) ||
+        (s = load_mat(L, NM("self_attn.v_proj.weight"), 0, KV * HD, D, 1, &l->wv, err)) ||
+        (s = load_mat(L, NM("self_attn.o_proj.weight"), 0, D, H * HD, 1, &l->wo, err)) ||
+        (s = load_vec(L, NM("self_attn.q_proj.bias"), H * HD, 0, &l->bq, err)) ||
+        (s = load_vec(L, NM("self_attn.k_proj.bias"), KV * HD, 0, &l->bk, err)) ||
+        (s = load_vec(L, NM("self_attn.v_proj.bias"), KV * HD, 0, &l->bv, err)) ||
+        (s = load_vec(L, NM("self_attn.o_proj.bias"), D, 0, &l->bo, err)) ||
+        (s = load_mat(L, NM("mlp.gate_proj.weight"), 0, F, D, 1, &l->fc1, err)) ||
+        (s = load_mat(L, NM("mlp.up_proj.weight"), 0, F, D, 1, &l->up, err)) ||
+        (s = load_mat(L, NM("mlp.down_proj.weight"), 0, D, F, 1, &l->fc2, err)))
+        return s;
+#undef NM
+    if ((l->bq != NULL) != (l->bk != NULL) || (l->bq != NULL) != (l->bv != NULL))
+        return dd_fail(err, DD_EMODEL, "%s: layer %d: q/k/v biases must all be present or all absent", L->label, i);
+    return DD_OK;
+}
+
 static dd_status load_csm_tensors(loader *L, dd_error *err) {
     dd_model *m = L->m;
     dd_config *c = &m->cfg;
-    int64_t D = c->dim, V = c->codebook_size, Q = c->levels, H = c->heads, KV = c->kv_heads, HD = c->head_dim,
-            F = c->ffn_dim, I = c->input_dim;
+    int64_t D = c->dim, V = c->codebook_size, Q = c->levels, I = c->input_dim;
     dd_status s;
     c->embed_in_input_space = 1;
     /* transformers 5 saves both names (untied copies); its depth decoder reads its own table, so prefer it */
@@ -453,27 +488,107 @@ static dd_status load_csm_tensors(loader *L, dd_error *err) {
                 memcpy(tr + ((l * V + v) * D + d) * es, ht->data + ((l * D + d) * V + v) * es, es);
     m->heads = (dd_weight){.type = ty, .rows = (Q - 1) * V, .cols = D, .data = tr, .row_bytes = (size_t)D * es};
     L->used++;
-    char n1[160], n2[160];
+    char base[160];
     for (int i = 0; i < c->layers; i++) {
-        dd_layer *l = &m->layer[i];
-#define NM(buf, fmt) (snprintf(buf, sizeof buf, "depth_decoder.model.layers.%d." fmt, i), buf)
-        if ((s = load_vec(L, NM(n1, "input_layernorm.weight"), D, 1, &l->norm1_w, err)) ||
-            (s = load_vec(L, NM(n1, "post_attention_layernorm.weight"), D, 1, &l->norm2_w, err)) ||
-            (s = load_mat(L, NM(n1, "self_attn.q_proj.weight"), 0, H * HD, D, 1, &l->wq, err)) ||
-            (s = load_mat(L, NM(n1, "self_attn.k_proj.weight"), 0, KV * HD, D, 1, &l->wk, err)) ||
-            (s = load_mat(L, NM(n1, "self_attn.v_proj.weight"), 0, KV * HD, D, 1, &l->wv, err)) ||
-            (s = load_mat(L, NM(n1, "self_attn.o_proj.weight"), 0, D, H * HD, 1, &l->wo, err)) ||
-            (s = load_vec(L, NM(n2, "self_attn.q_proj.bias"), H * HD, 0, &l->bq, err)) ||
-            (s = load_vec(L, NM(n2, "self_attn.k_proj.bias"), KV * HD, 0, &l->bk, err)) ||
-            (s = load_vec(L, NM(n2, "self_attn.v_proj.bias"), KV * HD, 0, &l->bv, err)) ||
-            (s = load_vec(L, NM(n2, "self_attn.o_proj.bias"), D, 0, &l->bo, err)) ||
-            (s = load_mat(L, NM(n1, "mlp.gate_proj.weight"), 0, F, D, 1, &l->fc1, err)) ||
-            (s = load_mat(L, NM(n1, "mlp.up_proj.weight"), 0, F, D, 1, &l->up, err)) ||
-            (s = load_mat(L, NM(n1, "mlp.down_proj.weight"), 0, D, F, 1, &l->fc2, err)))
-            return s;
-#undef NM
-        if ((l->bq != NULL) != (l->bk != NULL) || (l->bq != NULL) != (l->bv != NULL))
-            return dd_fail(err, DD_EMODEL, "%s: layer %d: q/k/v biases must all be present or all absent", L->label, i);
+        snprintf(base, sizeof base, "depth_decoder.model.layers.%d.", i);
+        if ((s = load_hf_layer(L, base, i, 0, &m->layer[i], err))) return s;
+    }
+    return DD_OK;
+}
+
+/* Dense matrices stacked into one owned [sum rows, cols] view (the engine reads a level's table or head as rows
+ * of one matrix). All must share one dense type: a quantized or mixed-type set is refused by name. `rows[i]` rows
+ * are taken from the top of ws[i]. */
+static dd_status stack_rows(loader *L, const char *what, const char *const *names, const dd_weight *ws,
+                            const int64_t *rows, int n, dd_weight *out, dd_error *err) {
+    int64_t total = 0, cols = ws[0].cols;
+    for (int i = 0; i < n; i++) {
+        if (ws[i].type != DD_F32 && ws[i].type != DD_F16 && ws[i].type != DD_BF16)
+            return dd_fail(err, DD_EUNSUPPORTED,
+                           "%s: tensor '%s' is quantized: the %s must be dense here (quantize the converted model with "
+                           "`depthdec quantize` instead)",
+                           L->label, names[i], what);
+        if (ws[i].type != ws[0].type)
+            return dd_fail(err, DD_EMODEL, "%s: tensor '%s' is %s but '%s' is %s: the %s must share one dtype",
+                           L->label, names[i], dd_dtype_name(ws[i].type), names[0], dd_dtype_name(ws[0].type), what);
+        total += rows[i];
+    }
+    const size_t rb = ws[0].row_bytes;
+    uint8_t *buf = dd_model_own(L->m, malloc((size_t)total * rb + 1));
+    if (!buf) return dd_fail(err, DD_ENOMEM, "%s: out of memory stacking the %s", L->label, what);
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        memcpy(buf + off, ws[i].data, (size_t)rows[i] * rb);
+        off += (size_t)rows[i] * rb;
+    }
+    *out = (dd_weight){.type = ws[0].type, .rows = total, .cols = cols, .data = buf, .row_bytes = rb};
+    return DD_OK;
+}
+
+/* Qwen3 code predictors (docs/formats.md): the Qwen3-Omni talker's predictor saved alone, or a whole Qwen3-TTS model
+ * (tensors under "talker.code_predictor."). Input rows: position 0 the talker's hidden state, position 1 the
+ * talker's own codec table at c0 (its first V rows; it also holds special ids), position p >= 2
+ * model.codec_embedding.{p-2} at c(p-1); all in the talker's width and, when it differs from the predictor's
+ * (Qwen3-TTS), projected by small_to_mtp_projection (weight and bias) like the hidden state. Heads lm_head.{l-1}. */
+static dd_status load_qwen3_tensors(loader *L, dd_error *err) {
+    dd_model *m = L->m;
+    dd_config *c = &m->cfg;
+    const int64_t D = c->dim, V = c->codebook_size, Q = c->levels, I = c->input_dim;
+    const char *P = m->prefix;
+    dd_status s;
+    char n1[256], n2[256];
+    snprintf(n1, sizeof n1, "%ssmall_to_mtp_projection.weight", P);
+    snprintf(n2, sizeof n2, "%ssmall_to_mtp_projection.bias", P);
+    if ((s = load_mat(L, n1, 0, D, I, 0, &m->in_proj, err)) || (s = load_vec(L, n2, D, 0, &m->in_bias, err))) return s;
+    if (m->in_bias && !m->in_proj.rows)
+        return dd_fail(err, DD_EMODEL, "%s: tensor '%s' without '%s'", L->label, n2, n1);
+    if (!m->in_proj.rows && I != D)
+        return dd_fail(err, DD_EMODEL, "%s: the talker's width %lld differs from the predictor's %lld but there is no '%s'",
+                       L->label, (long long)I, (long long)D, n1);
+    c->embed_in_input_space = m->in_proj.rows > 0;
+    /* the code tables: level 0 = the talker's table, level j >= 1 = codec_embedding.{j-1} */
+    const char *tname = "talker.model.codec_embedding.weight", *tfile;
+    const dd_st_tensor *tt = find(L, tname, &tfile);
+    if (!tt)
+        return dd_fail(err, DD_EMODEL,
+                       "%s: missing tensor '%s' (the talker's codec table, for c0's input row; put the .safetensors "
+                       "file that holds it in the model directory)",
+                       L->label, tname);
+    if (tt->ndim != 2 || tt->shape[0] < V) {
+        char sh[96];
+        shape_str(tt, sh, sizeof sh);
+        return dd_fail(err, DD_EMODEL, "%s: tensor '%s': shape %s (want [>= %lld, %lld])", tfile, tname, sh,
+                       (long long)V, (long long)I);
+    }
+    const int nt = (int)Q - 1;
+    dd_weight *tw = calloc((size_t)nt, sizeof *tw);
+    int64_t *tr = calloc((size_t)nt, sizeof *tr);
+    char(*tn)[256] = calloc((size_t)nt, sizeof *tn);
+    const char **tnp = calloc((size_t)nt, sizeof *tnp);
+    if (!tw || !tr || !tn || !tnp) {
+        free(tw), free(tr), free(tn), free(tnp);
+        return dd_fail(err, DD_ENOMEM, "%s: out of memory", L->label);
+    }
+    s = load_mat(L, tname, 0, tt->shape[0], I, 1, &tw[0], err);
+    snprintf(tn[0], sizeof tn[0], "%s", tname);
+    for (int j = 1; !s && j < nt; j++) {
+        snprintf(tn[j], sizeof tn[j], "%smodel.codec_embedding.%d.weight", P, j - 1);
+        s = load_mat(L, tn[j], 0, V, I, 1, &tw[j], err);
+    }
+    for (int j = 0; j < nt; j++) tr[j] = V, tnp[j] = tn[j];
+    if (!s) s = stack_rows(L, "code tables", tnp, tw, tr, nt, &m->embed, err);
+    for (int j = 0; !s && j < nt; j++) {
+        snprintf(tn[j], sizeof tn[j], "%slm_head.%d.weight", P, j);
+        s = load_mat(L, tn[j], 0, V, D, 1, &tw[j], err);
+    }
+    if (!s) s = stack_rows(L, "heads", tnp, tw, tr, nt, &m->heads, err);
+    free(tw), free(tr), free(tn), free(tnp);
+    if (s) return s;
+    snprintf(n1, sizeof n1, "%smodel.norm.weight", P);
+    if ((s = load_vec(L, n1, D, 1, &m->norm_w, err))) return s;
+    for (int i = 0; i < c->layers; i++) {
+        snprintf(n1, sizeof n1, "%smodel.layers.%d.", P, i);
+        if ((s = load_hf_layer(L, n1, i, 1, &m->layer[i], err))) return s;
     }
     return DD_OK;
 }
@@ -481,7 +596,7 @@ static dd_status load_csm_tensors(loader *L, dd_error *err) {
 /* Every layer matrix must share one storage type, and one group size when quantized (backends dispatch once per
  * model); a config that declares quantization must describe quantized layer matrices. csm picks the tensor
  * names used in messages. */
-static dd_status check_types(loader *L, int csm, dd_error *err) {
+static dd_status check_types(loader *L, int family, dd_error *err) {
     dd_model *m = L->m;
     dd_config *c = &m->cfg;
     c->has_head0 = m->head0.rows > 0;
@@ -493,8 +608,10 @@ static dd_status check_types(loader *L, int csm, dd_error *err) {
     static const char *const nat[7] = {"qkv", "qkv", "qkv", "out", "fc1", "fc1", "fc2"};
     static const char *const hf[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                                       "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
-    const char *pre = csm ? "depth_decoder.model.layers." : "layers.";
-    const char *const *nm = csm ? hf : nat;
+    char pre[96];
+    snprintf(pre, sizeof pre, "%s", family == DD_FAMILY_CSM ? "depth_decoder.model.layers." : "layers.");
+    if (family == DD_FAMILY_QWEN3) snprintf(pre, sizeof pre, "%smodel.layers.", m->prefix);
+    const char *const *nm = family == DD_FAMILY_NATIVE ? nat : hf;
     for (int i = 0; i < c->layers; i++) {
         const dd_layer *l = &m->layer[i];
         const dd_weight *ws[7] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->fc1, &l->up, &l->fc2};
@@ -561,18 +678,47 @@ static json_t *load_json(const char *path, dd_status *st, dd_error *err) {
     return j;
 }
 
-/* HF directory: config.json + model.safetensors, or model.safetensors.index.json listing shards. */
+/* Qwen3: the other .safetensors files of the directory too (the talker's codec table may sit in its own file) */
+static dd_status add_other_files(dd_model *m, const char *dir, dd_error *err) {
+    DIR *dp = opendir(dir);
+    if (!dp) return dd_fail(err, DD_EIO, "%s: cannot list the directory", dir);
+    dd_status s = DD_OK;
+    struct dirent *e;
+    while (!s && (e = readdir(dp))) {
+        size_t n = strlen(e->d_name);
+        if (n < 12 || strcmp(e->d_name + n - 12, ".safetensors") != 0 || e->d_name[0] == '.') continue;
+        char sp[1200];
+        snprintf(sp, sizeof sp, "%s/%s", dir, e->d_name);
+        int seen = 0;
+        for (int i = 0; i < m->nmaps && !seen; i++) seen = strcmp(m->maps[i].path, sp) == 0;
+        if (!seen && is_file(sp)) s = add_map(m, sp, err);
+    }
+    closedir(dp);
+    return s;
+}
+
+/* HF directory: config.json + model.safetensors, or model.safetensors.index.json listing shards (Qwen3: and the
+ * directory's other .safetensors files). */
 static dd_status open_hf_dir(dd_model *m, const char *dir, dd_error *err) {
     char path[1200];
     snprintf(path, sizeof path, "%s/config.json", dir);
     dd_status s;
     json_t *cj = load_json(path, &s, err);
     if (!cj) return s;
-    s = dd_config_parse_csm(path, cj, &m->cfg, err);
+    m->family = dd_config_family(cj);
+    if (m->family == DD_FAMILY_QWEN3) {
+        s = dd_config_parse_qwen3(path, cj, &m->cfg, &m->prefix, err);
+    } else {
+        m->family = DD_FAMILY_CSM;
+        s = dd_config_parse_csm(path, cj, &m->cfg, err);
+    }
     json_decref(cj);
     if (s) return s;
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (is_file(path)) return add_map(m, path, err);
+    if (is_file(path)) {
+        s = add_map(m, path, err);
+        return s || m->family != DD_FAMILY_QWEN3 ? s : add_other_files(m, dir, err);
+    }
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
     struct stat sb;
     if (stat(path, &sb) != 0)
@@ -603,6 +749,7 @@ static dd_status open_hf_dir(dd_model *m, const char *dir, dd_error *err) {
     json_decref(ij);
     if (s) return s;
     if (m->nmaps == 0) return dd_fail(err, DD_EMODEL, "%s: weight_map lists no shards", path);
+    if (m->family == DD_FAMILY_QWEN3 && (s = add_other_files(m, dir, err))) return s;
     /* a tensor name in two shards is ambiguous */
     for (int i = 0; i < m->nmaps; i++)
         for (int k = 0; k < m->maps[i].n; k++)
@@ -640,12 +787,16 @@ static dd_status open_native(dd_model *m, const char *path, dd_error *err) {
 }
 
 /* Resolve tensors of an opened model (maps + cfg set). Shared with the in-memory synthetic models. */
-dd_status dd_model_load_from_maps(dd_model *m, const char *label, int csm, dd_error *err) {
+dd_status dd_model_load_from_maps(dd_model *m, const char *label, int family, dd_error *err) {
     loader L = {.m = m, .label = label};
+    m->family = family;
+    if (!m->prefix) m->prefix = "";
     m->layer = calloc((size_t)m->cfg.layers, sizeof *m->layer);
     if (!m->layer) return dd_fail(err, DD_ENOMEM, "%s: out of memory", label);
-    dd_status s = csm ? load_csm_tensors(&L, err) : load_native_tensors(&L, err);
-    if (!s) s = check_types(&L, csm, err);
+    dd_status s = family == DD_FAMILY_CSM     ? load_csm_tensors(&L, err)
+                  : family == DD_FAMILY_QWEN3 ? load_qwen3_tensors(&L, err)
+                                              : load_native_tensors(&L, err);
+    if (!s) s = check_types(&L, family, err);
     if (!s && m->cfg.has_rope) s = rope_init(&L, err);
     if (!s && m->cfg.block == DD_BLOCK_GPT && m->cfg.has_rope)
         s = dd_fail(err, DD_EMODEL, "%s: RoPE given for a gpt block (gpt uses learned positions)", label);
@@ -666,10 +817,9 @@ static int csm_dir_of_file(const char *path, char *dir, size_t cap) {
     snprintf(cfg, sizeof cfg, "%s/config.json", dir);
     dd_status st;
     json_t *j = is_file(cfg) ? load_json(cfg, &st, NULL) : NULL;
-    const char *mt = j ? json_string_value(json_object_get(j, "model_type")) : NULL;
-    int csm = mt && strcmp(mt, "csm") == 0;
+    int hf = j && dd_config_family(j) != DD_FAMILY_NATIVE;
     json_decref(j);
-    return csm;
+    return hf;
 }
 
 dd_status dd_model_load(dd_model **out, const char *path, dd_error *err) {
@@ -687,7 +837,7 @@ dd_status dd_model_load(dd_model **out, const char *path, dd_error *err) {
         path = dir;
     }
     dd_status s = csm ? open_hf_dir(m, path, err) : open_native(m, path, err);
-    if (!s) s = dd_model_load_from_maps(m, path, csm, err);
+    if (!s) s = dd_model_load_from_maps(m, path, csm ? m->family : DD_FAMILY_NATIVE, err);
     if (s) {
         dd_model_free(m);
         return s;
@@ -819,19 +969,23 @@ dd_status dd_model_from_tensors(dd_model **out, const char *config_json, const d
     m->maps = f;
     m->nmaps = 1; /* borrowed table: dd_st_close frees only its array */
     snprintf(m->source, sizeof m->source, "tensors");
-    /* HF CSM config.json (model_type) or a native config (format "depthdec") */
-    int csm = json_object_get(cj, "model_type") != NULL;
-    dd_status s = csm ? dd_config_parse_csm("tensors: config", cj, &m->cfg, err)
-                      : dd_config_parse_native("tensors: config", cj, &m->cfg, err);
+    /* an HF config.json (model_type: CSM or a Qwen3 code predictor) or a native config (format "depthdec") */
+    int family = json_object_get(cj, "model_type") == NULL ? DD_FAMILY_NATIVE
+                 : dd_config_family(cj) == DD_FAMILY_QWEN3  ? DD_FAMILY_QWEN3
+                                                            : DD_FAMILY_CSM;
+    dd_status s = family == DD_FAMILY_CSM     ? dd_config_parse_csm("tensors: config", cj, &m->cfg, err)
+                  : family == DD_FAMILY_QWEN3 ? dd_config_parse_qwen3("tensors: config", cj, &m->cfg, &m->prefix, err)
+                                              : dd_config_parse_native("tensors: config", cj, &m->cfg, err);
     json_decref(cj);
     if (!s) s = views_table(f, tensors, n, err);
     /* the one name map the file loader uses */
-    if (!s) s = dd_model_load_from_maps(m, "tensors", csm, err);
-    /* the weights it resolved point into the caller's buffers: copy them (vectors are already owned float32) */
-    if (!s && !csm) s = own_weight(m, &m->heads, err); /* CSM's heads are an owned transposed copy already */
+    if (!s) s = dd_model_load_from_maps(m, "tensors", family, err);
+    /* the weights it resolved point into the caller's buffers: copy them (vectors are already owned float32; CSM's
+     * heads and Qwen3's heads and code tables are owned copies already) */
+    if (!s && family == DD_FAMILY_NATIVE) s = own_weight(m, &m->heads, err);
     if (!s) s = own_weight(m, &m->head0, err);
     if (!s) s = own_weight(m, &m->in_proj, err);
-    if (!s) s = own_weight(m, &m->embed, err);
+    if (!s && family != DD_FAMILY_QWEN3) s = own_weight(m, &m->embed, err);
     for (int i = 0; !s && i < m->cfg.layers; i++) {
         dd_layer *l = &m->layer[i];
         dd_weight *ws[7] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->fc1, &l->up, &l->fc2};

@@ -52,6 +52,7 @@ typedef struct dd_layer {
     float *b1;                                    /* gpt fc1 bias [F] or NULL */
     dd_weight fc2;                                /* [D, F] */
     float *b2;
+    float *q_norm, *k_norm;                       /* [HD] per-head RMSNorm weights before RoPE (Qwen3), else NULL */
 } dd_layer;
 
 struct dd_model {
@@ -67,6 +68,9 @@ struct dd_model {
     dd_layer *layer;   /* [L] */
     float *norm_w, *norm_b; /* final norm [D]; bias gpt only */
     dd_weight heads;   /* [(Q-1)*V, D]: head of level l at rows (l-1)*V */
+
+    int family;         /* where the tensors came from: DD_FAMILY_* of config.h (native, HF CSM, Qwen3) */
+    const char *prefix; /* Qwen3: the predictor's tensor-name prefix ("" or "talker.code_predictor.") */
 
     /* llama: RoPE inverse frequencies (HD/2), computed in double at load */
     double *rope_inv_freq;
@@ -88,7 +92,7 @@ void *dd_model_own(dd_model *m, void *p);
 
 /* Resolve the tensors of a model whose files are mapped (m->maps) and whose config is parsed (m->cfg).
  * csm: HF CSM names, else native names. Used by dd_model_load and by the synthetic models. */
-dd_status dd_model_load_from_maps(dd_model *m, const char *label, int csm, dd_error *err);
+dd_status dd_model_load_from_maps(dd_model *m, const char *label, int family, dd_error *err);
 
 /* A model from a native-layout safetensors image in memory (config in __metadata__["depthdec.config"]) named
  * `label`; takes ownership of img (freed with the model, or here on failure). The synthetic models and

@@ -69,7 +69,7 @@ static void layers(builder *B, const dd_model *m, int P, int p0) {
         if (!o) return;
         o->att = (dd_plan_attend){.out = all(DD_BUF_ATT, P), .qkv = all(DD_BUF_QKV, P), .layer = li, .P = P,
                                   .p0 = p0, .H = c->heads, .KVH = c->kv_heads, .HD = c->head_dim,
-                                  .rope = c->has_rope};
+                                  .rope = c->has_rope, .qk_norm = c->has_qk_norm};
 
         if (!(L = linear(B, all(DD_BUF_X, P), all(DD_BUF_ATT, P), &l->wo, l->bo))) return;
         L->residual = 1;

@@ -98,6 +98,7 @@ typedef struct dd_plan_attend {
     int layer, P, p0;
     int H, KVH, HD;
     int rope;
+    int qk_norm; /* Qwen3: q and k heads RMS-normed with the layer's q_norm / k_norm (eps norm_eps) before RoPE */
 } dd_plan_attend;
 
 typedef struct dd_plan_sample {

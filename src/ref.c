@@ -76,6 +76,13 @@ static void step(ref_state *st, const dd_model *m, int p) {
         matvec(&l->wq, l->bq, n, st->q, st->row);
         matvec(&l->wk, l->bk, n, kc + (size_t)p * kvw, st->row);
         matvec(&l->wv, l->bv, n, vc + (size_t)p * kvw, st->row);
+        if (l->q_norm) { /* Qwen3: each q and k head RMS-normed over HD before RoPE */
+            for (int h = 0; h < H; h++) norm(st->q + h * HD, l->q_norm, NULL, HD, c->norm_eps, st->q + h * HD);
+            for (int h = 0; h < KV; h++) {
+                float *kh = kc + (size_t)p * kvw + h * HD;
+                norm(kh, l->k_norm, NULL, HD, c->norm_eps, kh);
+            }
+        }
         if (c->has_rope) {
             for (int h = 0; h < H; h++) rope(st->q + h * HD, HD, p, st->rope);
             for (int h = 0; h < KV; h++) rope(kc + (size_t)p * kvw + h * HD, HD, p, st->rope);

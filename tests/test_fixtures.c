@@ -1,5 +1,7 @@
 /* End-to-end parity with PyTorch / transformers: fixtures made by scripts/make_fixtures.py (float64 references
- * of GPT2Model-based native models in f16/bf16/q8 and a tiny CsmForConditionalGeneration in HF layout).
+ * of GPT2Model-based native models in f16/bf16/q8 and a tiny CsmForConditionalGeneration in HF layout) and
+ * scripts/make_fixtures_families.py / make_fixtures_qwen3tts.py (the Qwen3-Omni and Qwen3-TTS code predictors as
+ * their reference code saves them; no head0 there: c0 is given, the fixture's codes column 0).
  * For every backend available in this build: teacher-forced logits within 1e-4 * max|ref| (per fixture),
  * level-0 logits likewise, and greedy codes identical. Outputs are NaN-poisoned before each call. */
 #include <setjmp.h>
@@ -33,24 +35,26 @@ static void *load_arr(const char *name, const char *suffix, int want_f32, int nd
     return out;
 }
 
-static void check_fixture(const char *model_path, const char *name) {
-    dd_model *m;
+/* m against fixture `name` on every backend; frees m */
+static void check_model(dd_model *m, const char *name) {
     dd_error e;
-    if (dd_model_load(&m, model_path, &e)) fail_msg("%s", e.msg);
     const dd_config *c = dd_model_config(m);
     int Q = c->levels, V = c->codebook_size, I = c->input_dim;
     const int N = 6;
     float *hidden = load_arr(name, "hidden", 1, 2, (int64_t[]){N, I});
     int32_t *codes = load_arr(name, "codes", 0, 2, (int64_t[]){N, Q});
     float *ref = load_arr(name, "logits", 1, 3, (int64_t[]){N, Q - 1, V});
-    float *ref0 = load_arr(name, "logits0", 1, 2, (int64_t[]){N, V});
+    const int has0 = c->has_head0; /* else c0 is given: codes[:, 0] (greedy[:, 0] is the same c0) */
+    float *ref0 = has0 ? load_arr(name, "logits0", 1, 2, (int64_t[]){N, V}) : NULL;
     int32_t *greedy = load_arr(name, "greedy", 0, 2, (int64_t[]){N, Q});
     size_t nl = (size_t)N * (Q - 1) * V;
     float *lg = malloc(nl * sizeof *lg), *l0 = malloc((size_t)N * V * sizeof *l0);
     int32_t *out = malloc((size_t)N * Q * sizeof *out);
     double refmax = 0, ref0max = 0;
     for (size_t i = 0; i < nl; i++) refmax = fmax(refmax, fabs(ref[i]));
-    for (int i = 0; i < N * V; i++) ref0max = fmax(ref0max, fabs(ref0[i]));
+    for (int i = 0; has0 && i < N * V; i++) ref0max = fmax(ref0max, fabs(ref0[i]));
+    int32_t *c0 = malloc((size_t)N * sizeof *c0);
+    for (int i = 0; i < N; i++) c0[i] = greedy[i * Q];
     for (int b = 0; b < dd_backend_count(); b++) { /* every backend the library knows */
         dd_backend be = dd_backend_at(b);
         if (!dd_backend_available(be)) {
@@ -61,22 +65,28 @@ static void check_fixture(const char *model_path, const char *name) {
         p.backend = be;
         p.max_batch = N;
         dd_decoder *d;
-        if (dd_decoder_create(&d, m, &p, &e)) fail_msg("%s", e.msg);
+        dd_status cs = dd_decoder_create(&d, m, &p, &e);
+        if (cs == DD_EUNSUPPORTED && be == DD_BACKEND_CUDA && c->has_qk_norm) { /* issue 17: not on CUDA yet */
+            printf("  %s: backend cuda refuses q/k-norm models (%s): skipped\n", name, e.msg);
+            continue;
+        }
+        if (cs) fail_msg("%s", e.msg);
         th_poison(lg, nl);
         th_poison(l0, (size_t)N * V);
-        if (dd_score(d, N, hidden, codes, lg, l0, &e)) fail_msg("%s", e.msg);
+        if (dd_score(d, N, hidden, codes, lg, has0 ? l0 : NULL, &e)) fail_msg("%s", e.msg);
         double err = 0, err0 = 0;
         for (size_t i = 0; i < nl; i++) err = fmax(err, isnan(lg[i]) ? INFINITY : fabs(lg[i] - ref[i]));
-        for (int i = 0; i < N * V; i++) err0 = fmax(err0, isnan(l0[i]) ? INFINITY : fabs(l0[i] - ref0[i]));
+        for (int i = 0; has0 && i < N * V; i++) err0 = fmax(err0, isnan(l0[i]) ? INFINITY : fabs(l0[i] - ref0[i]));
         for (int i = 0; i < N * Q; i++) out[i] = -7;
         dd_sampling greedy_s = {.temperature = 0.0f, .top_k = 0};
-        if (dd_decode(d, N, hidden, NULL, NULL, NULL, &greedy_s, out, &e)) fail_msg("%s", e.msg);
+        if (dd_decode(d, N, hidden, has0 ? NULL : c0, NULL, NULL, &greedy_s, out, &e)) fail_msg("%s", e.msg);
         int agree = 0;
         for (int i = 0; i < N * Q; i++) agree += out[i] == greedy[i];
-        printf("  %-9s %-4s max rel logit err %.3g (levels 1..%d), level-0 %.3g; greedy codes %d/%d identical\n",
-               name, dd_backend_name(be), err / refmax, Q - 1, err0 / ref0max, agree, N * Q);
+        printf("  %-14s %-4s max rel logit err %.3g (levels 1..%d), level-0 %s%.3g; greedy codes %d/%d identical\n",
+               name, dd_backend_name(be), err / refmax, Q - 1, has0 ? "" : "(no head0) ", has0 ? err0 / ref0max : 0.0,
+               agree, N * Q);
         assert_true(err <= TH_LOGIT_REL * refmax);
-        assert_true(err0 <= TH_LOGIT_REL * ref0max);
+        if (has0) assert_true(err0 <= TH_LOGIT_REL * ref0max);
         assert_int_equal(agree, N * Q);
         dd_decoder_free(d);
     }
@@ -85,16 +95,90 @@ static void check_fixture(const char *model_path, const char *name) {
     free(ref);
     free(ref0);
     free(greedy);
+    free(c0);
     free(lg);
     free(l0);
     free(out);
     dd_model_free(m);
 }
 
+static void check_fixture(const char *model_path, const char *name) {
+    dd_model *m;
+    dd_error e;
+    if (dd_model_load(&m, model_path, &e)) fail_msg("%s", e.msg);
+    check_model(m, name);
+}
+
+/* A Qwen3 directory converted to the native layout (qk_norm in the config, q_norm/k_norm tensors, the code tables
+ * in model space: for Qwen3-TTS the projection, bias included, is applied at export, so f32 storage keeps the
+ * fixture's tolerance) and read back passes the same fixture */
+static void check_native_copy(const char *model_path, const char *name, dd_dtype dense) {
+    dd_model *m, *n;
+    dd_error e;
+    if (dd_model_load(&m, model_path, &e)) fail_msg("%s", e.msg);
+    dd_export_params p = dd_export_default_params();
+    p.convert = 1;
+    p.dense_type = dense;
+    if (dd_model_export_mem(&n, m, &p, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(dd_model_config(n)->has_qk_norm, 1);
+    assert_int_equal(dd_model_config(n)->embed_in_input_space, 0);
+    printf("  %s as native %s:\n", name, dd_dtype_name(dense));
+    dd_model_free(m);
+    check_model(n, name);
+}
+
 static void test_gpt_f16(void **st) { (void)st; check_fixture(FX "gpt_f16.safetensors", "gpt_f16"); }
 static void test_gpt_bf16(void **st) { (void)st; check_fixture(FX "gpt_bf16.safetensors", "gpt_bf16"); }
 static void test_gpt_q8(void **st) { (void)st; check_fixture(FX "gpt_q8.safetensors", "gpt_q8"); }
 static void test_csm_tiny(void **st) { (void)st; check_fixture(FX "csm_tiny", "csm_tiny"); }
+/* the Qwen3-Omni predictor directory holds the talker's codec table in a second file */
+static void test_qwen3omni_tiny(void **st) { (void)st; check_fixture(FX "qwen3omni_tiny", "qwen3omni_tiny"); }
+static void test_qwen3tts_tiny(void **st) { (void)st; check_fixture(FX "qwen3tts_tiny", "qwen3tts_tiny"); }
+/* Bad Qwen3 directories: refused with the file and tensor named, nothing loaded */
+static void test_qwen3_bad_dirs(void **st) {
+    (void)st;
+    assert_int_equal(th_tmpdir("qwen3"), 0);
+    char p[256], q[256];
+    size_t n;
+    uint8_t *cfg = th_slurp(FX "qwen3omni_tiny/config.json", &n), *mdl;
+    TH_PATH(p, "config.json");
+    th_write_bytes(p, cfg, n);
+    mdl = th_slurp(FX "qwen3omni_tiny/model.safetensors", &n);
+    TH_PATH(q, "model.safetensors");
+    th_write_bytes(q, mdl, n);
+    dd_model *m = (dd_model *)1;
+    dd_error e;
+    /* the talker's codec table (c0's input row) is in a file the directory lacks */
+    assert_int_equal(dd_model_load(&m, th_dir, &e), DD_EMODEL);
+    assert_null(m);
+    assert_non_null(strstr(e.msg, "talker.model.codec_embedding.weight"));
+    /* the file passed for its directory says the same */
+    assert_int_equal(dd_model_load(&m, q, &e), DD_EMODEL);
+    assert_non_null(strstr(e.msg, "talker.model.codec_embedding.weight"));
+    /* a config whose code-group count disagrees with the tensors: the first tensor off names itself */
+    char *c2 = strdup((const char *)cfg), *at = strstr(c2, "\"num_code_groups\": 8");
+    assert_non_null(at);
+    at[strlen("\"num_code_groups\": ")] = '9';
+    TH_PATH(p, "config.json");
+    th_write_bytes(p, c2, strlen(c2));
+    uint8_t *tab = th_slurp(FX "qwen3omni_tiny/talker_codec_embedding.safetensors", &n);
+    TH_PATH(p, "talker_codec_embedding.safetensors");
+    th_write_bytes(p, tab, n);
+    assert_int_equal(dd_model_load(&m, th_dir, &e), DD_EMODEL);
+    assert_non_null(strstr(e.msg, "lm_head.7.weight"));
+    printf("  refused: %s\n", e.msg);
+    free(c2);
+    free(cfg);
+    free(mdl);
+    free(tab);
+    assert_int_equal(th_rm_rf(th_dir), 0);
+}
+
+static void test_qwen3_native(void **st) {
+    (void)st;
+    check_native_copy(FX "qwen3omni_tiny", "qwen3omni_tiny", DD_BF16);
+    check_native_copy(FX "qwen3tts_tiny", "qwen3tts_tiny", DD_F32);
+}
 
 int main(void) {
     const struct CMUnitTest tests[] = {
@@ -102,6 +186,10 @@ int main(void) {
         cmocka_unit_test(test_gpt_bf16),
         cmocka_unit_test(test_gpt_q8),
         cmocka_unit_test(test_csm_tiny),
+        cmocka_unit_test(test_qwen3omni_tiny),
+        cmocka_unit_test(test_qwen3tts_tiny),
+        cmocka_unit_test(test_qwen3_native),
+        cmocka_unit_test(test_qwen3_bad_dirs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -241,7 +241,10 @@ static dd_decoder *make_decoder(const dd_model *m, dd_backend b, int max_batch, 
 static void print_config(const dd_model *m) {
     const dd_config *c = dd_model_config(m);
     printf("model        %s\n", dd_model_source(m));
-    printf("block        %s\n", c->block == DD_BLOCK_GPT ? "gpt (LayerNorm, GELU)" : "llama (RMSNorm, SwiGLU, RoPE)");
+    printf("block        %s\n", c->block == DD_BLOCK_GPT ? "gpt (LayerNorm, GELU)"
+                                 : c->has_qk_norm          ? "llama with q/k norms (Qwen3 code predictor: RMSNorm, "
+                                                             "per-head q/k RMSNorm before RoPE, SwiGLU)"
+                                                           : "llama (RMSNorm, SwiGLU, RoPE)");
     printf("levels       %d (%d passes per frame)\n", c->levels, c->levels - 1);
     printf("codebook     %d\n", c->codebook_size);
     printf("input_dim    %d%s\n", c->input_dim, c->has_in_proj ? " (in_proj)" : " (no in_proj)");

@@ -180,7 +180,10 @@ static void run_attend(const run_ctx *r, const dd_plan_attend *pa) {
     dd_cpu_attend A = {.a = {.out = out, .ldo = (int)ldo, .kcache = st->kc + (size_t)pa->layer * Q * st->kvw,
                              .vcache = st->vc + (size_t)pa->layer * Q * st->kvw, .ldc = st->ldc, .qkv = qkv,
                              .ldq = (int)ldq, .B = r->io->b, .P = pa->P, .p0 = pa->p0, .H = pa->H, .KVH = pa->KVH,
-                             .HD = pa->HD, .inv_freq = pa->rope ? r->m->rope_inv_freq : NULL},
+                             .HD = pa->HD, .inv_freq = pa->rope ? r->m->rope_inv_freq : NULL,
+                             .q_norm = pa->qk_norm ? r->m->layer[pa->layer].q_norm : NULL,
+                             .k_norm = pa->qk_norm ? r->m->layer[pa->layer].k_norm : NULL,
+                             .qk_eps = r->m->cfg.norm_eps},
                        .cos = pa->rope ? st->rcos : NULL,
                        .sin = pa->rope ? st->rsin : NULL,
                        .kern = st->kern};

@@ -223,6 +223,15 @@ static void rope_head(float *out, const float *v, int HD, const float *c, const 
     }
 }
 
+/* Qwen3's per-head q/k norm: out = v rsqrt(mean(v^2) + eps) w over HD (double sum: HD <= 512 terms, off the
+ * matrix path) */
+static void qk_rms(float *out, const float *v, int HD, const float *w, float eps) {
+    double ss = 0;
+    for (int i = 0; i < HD; i++) ss += (double)v[i] * v[i];
+    const float inv = (float)(1.0 / sqrt(ss / HD + (double)eps));
+    for (int i = 0; i < HD; i++) out[i] = v[i] * inv * w[i];
+}
+
 typedef struct attend_run {
     const dd_cpu_attend *A;
     atomic_int next;
@@ -237,7 +246,7 @@ static void attend_job(void *ctx, int tid, int nth) {
     const size_t kvw = (size_t)KV * HD;
     const float scale = (float)(1.0 / sqrt((double)HD));
     const int U = A->a.B * KV;
-    float qr[DD_MAX_HEAD_DIM];
+    float qr[DD_MAX_HEAD_DIM], qn[DD_MAX_HEAD_DIM], kt[DD_MAX_HEAD_DIM];
     for (int u = atomic_fetch_add_explicit(&R->next, 1, memory_order_relaxed); u < U;
          u = atomic_fetch_add_explicit(&R->next, 1, memory_order_relaxed)) {
         int s = u / KV, kh = u % KV;
@@ -247,6 +256,10 @@ static void attend_job(void *ctx, int tid, int nth) {
             int p = A->a.p0 + t;
             float *kd = kc + (size_t)p * kvw + (size_t)kh * HD, *vd = vc + (size_t)p * kvw + (size_t)kh * HD;
             const float *kn = row + (size_t)(H + kh) * HD, *vn = row + (size_t)(H + KV + kh) * HD;
+            if (A->a.k_norm) {
+                qk_rms(kt, kn, HD, A->a.k_norm, A->a.qk_eps);
+                kn = kt;
+            }
             if (A->cos) rope_head(kd, kn, HD, A->cos + (size_t)p * half, A->sin + (size_t)p * half);
             else memcpy(kd, kn, (size_t)HD * sizeof(float));
             memcpy(vd, vn, (size_t)HD * sizeof(float));
@@ -256,6 +269,10 @@ static void attend_job(void *ctx, int tid, int nth) {
                 size_t r = (size_t)s * A->a.P + t;
                 int p = A->a.p0 + t;
                 const float *q = A->a.qkv + r * A->a.ldq + (size_t)h * HD;
+                if (A->a.q_norm) {
+                    qk_rms(qn, q, HD, A->a.q_norm, A->a.qk_eps);
+                    q = qn;
+                }
                 if (A->cos) {
                     rope_head(qr, q, HD, A->cos + (size_t)p * half, A->sin + (size_t)p * half);
                     q = qr;

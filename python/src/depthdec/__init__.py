@@ -169,7 +169,7 @@ class Model:
         input_dim, dim, layers, heads, kv_heads, head_dim, ffn_dim, norm_eps, rope (None or {"theta", "scaling":
         None or {"rope_type": "llama3", "factor", "low_freq_factor", "high_freq_factor",
         "original_max_position_embeddings"}}), quantization (None or {"bits", "group_size", "mode": "affine"}),
-        weight_type ("f32", "f16", "bf16", "q8", "q4"), has_head0, has_in_proj, has_pos, embed_in_input_space."""
+        weight_type ("f32", "f16", "bf16", "q8", "q4"), has_head0, has_in_proj, has_pos, embed_in_input_space, has_qk_norm."""
         import copy
 
         return copy.deepcopy(self._config)

@@ -254,6 +254,7 @@ static PyObject *model_config(PyObject *self, PyObject *cap) {
     bad |= dict_set(d, "has_in_proj", PyBool_FromLong(c->has_in_proj));
     bad |= dict_set(d, "has_pos", PyBool_FromLong(c->has_pos));
     bad |= dict_set(d, "embed_in_input_space", PyBool_FromLong(c->embed_in_input_space));
+    bad |= dict_set(d, "has_qk_norm", PyBool_FromLong(c->has_qk_norm));
     if (bad) {
         Py_DECREF(d);
         return NULL;
