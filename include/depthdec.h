@@ -92,8 +92,16 @@ typedef struct dd_config {
  * model loads or nothing does (*out stays NULL). Free with dd_model_free. Thread-safe. */
 DD_API dd_status dd_model_load(dd_model **out, const char *path, dd_error *err);
 
-/* Build one of the embedded synthetic models in memory: kind "gpt" (the seed's dims), "csm" (CSM-1B depth dims)
- * or "tiny-gpt" / "tiny-llama" (small models for tests). Weights are deterministic functions of `seed`, scaled so that
+/* Qwen3 code predictors: the talker's next input embedding for n frames of codes [n, levels] (c0 included) into
+ * out [n, input_dim]: the talker's codec table at c0 plus codec_embedding.{j-1} at c_j for j = 1..levels-1 (the
+ * last table too, which no pass reads), unprojected, summed in double and rounded once (the talker adds its own
+ * text/pad embedding). Needs the model loaded from its HF directory (the converted native file keeps only the
+ * projected tables): else DD_EUNSUPPORTED. */
+DD_API dd_status dd_next_embedding(const dd_model *m, int n, const int32_t *codes, float *out, dd_error *err);
+
+/* Build one of the embedded synthetic models in memory: kind "gpt" (the seed's dims), "csm" (CSM-1B depth dims),
+ * "qwen3tts" (Qwen3-TTS's code predictor dims: q/k norms, no head0) or "tiny-gpt" / "tiny-llama" / "tiny-qwen3"
+ * (small models for tests). Weights are deterministic functions of `seed`, scaled so that
  * activations stay O(1), stored as `weights` (q8/q4 with group 64). Free with dd_model_free. */
 DD_API dd_status dd_model_synthetic(dd_model **out, const char *kind, dd_dtype weights, uint64_t seed, dd_error *err);
 

@@ -577,6 +577,9 @@ static dd_status load_qwen3_tensors(loader *L, dd_error *err) {
     }
     for (int j = 0; j < nt; j++) tr[j] = V, tnp[j] = tn[j];
     if (!s) s = stack_rows(L, "code tables", tnp, tw, tr, nt, &m->embed, err);
+    /* the last table feeds only the talker's next input (dd_next_embedding); optional */
+    snprintf(n1, sizeof n1, "%smodel.codec_embedding.%d.weight", P, (int)Q - 2);
+    if (!s) s = load_mat(L, n1, 0, V, I, 0, &m->embed_last, err);
     for (int j = 0; !s && j < nt; j++) {
         snprintf(tn[j], sizeof tn[j], "%slm_head.%d.weight", P, j);
         s = load_mat(L, tn[j], 0, V, D, 1, &tw[j], err);
@@ -871,6 +874,44 @@ dd_status dd_model_from_image(dd_model **out, const char *label, uint8_t *img, s
         return s;
     }
     *out = m;
+    return DD_OK;
+}
+
+/* ---- the talker's next input embedding (Qwen3) -------------------------------------------------------------- */
+
+dd_status dd_next_embedding(const dd_model *m, int n, const int32_t *codes, float *out, dd_error *err) {
+    dd_error_clear(err);
+    if (!m || n < 0 || (n && (!codes || !out)))
+        return dd_fail(err, DD_EINVAL, "dd_next_embedding: model, codes and out are required (n = %d)", n);
+    const dd_config *c = &m->cfg;
+    if (m->family != DD_FAMILY_QWEN3 || !m->embed_last.rows)
+        return dd_fail(err, DD_EUNSUPPORTED,
+                       "%s: no talker-space code tables (the next input embedding needs a Qwen3 predictor loaded from "
+                       "its HF directory, with model.codec_embedding.%d)",
+                       m->source, c->levels - 2);
+    const int Q = c->levels, V = c->codebook_size, I = c->input_dim;
+    for (int64_t i = 0; i < (int64_t)n * Q; i++)
+        if (codes[i] < 0 || codes[i] >= V)
+            return dd_fail(err, DD_EINVAL, "codes[%lld, %lld] = %d outside [0, %d)", (long long)(i / Q),
+                           (long long)(i % Q), codes[i], V);
+    float *row = malloc((size_t)I * sizeof *row);
+    double *acc = malloc((size_t)I * sizeof *acc);
+    if (!row || !acc) {
+        free(row), free(acc);
+        return dd_fail(err, DD_ENOMEM, "dd_next_embedding: out of memory");
+    }
+    for (int r = 0; r < n; r++) { /* talker[c0] + sum_{j=1..Q-2} codec_embedding.{j-1}[c_j] + last[c_(Q-1)] */
+        const int32_t *cr = codes + (size_t)r * Q;
+        for (int i = 0; i < I; i++) acc[i] = 0;
+        for (int j = 0; j < Q; j++) {
+            if (j < Q - 1) dd_weight_row_f32(&m->embed, (int64_t)j * V + cr[j], row);
+            else dd_weight_row_f32(&m->embed_last, cr[j], row);
+            for (int i = 0; i < I; i++) acc[i] += row[i];
+        }
+        for (int i = 0; i < I; i++) out[(size_t)r * I + i] = (float)acc[i];
+    }
+    free(row);
+    free(acc);
     return DD_OK;
 }
 

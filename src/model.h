@@ -70,6 +70,8 @@ struct dd_model {
     dd_weight heads;   /* [(Q-1)*V, D]: head of level l at rows (l-1)*V */
 
     int family;         /* where the tensors came from: DD_FAMILY_* of config.h (native, HF CSM, Qwen3) */
+    dd_weight embed_last; /* Qwen3 directories: codec_embedding.{Q-2} [V, input_dim] (only the talker's next input
+                           * embedding reads it; m->embed then holds the unprojected talker-space tables) */
     const char *prefix; /* Qwen3: the predictor's tensor-name prefix ("" or "talker.code_predictor.") */
 
     /* llama: RoPE inverse frequencies (HD/2), computed in double at load */

@@ -19,13 +19,19 @@ typedef struct synth_dims {
     int Q, V, I, D, L, H, KV, HD, F;
     double theta; /* llama only */
     int scaling;
+    int qwen3; /* q/k norms, in_proj with bias (the talker's width -> D), no llama3 scaling */
+    int head0; /* a level-0 head (the Qwen3 predictors have none: the talker gives c0) */
 } synth_dims;
 
 static const synth_dims kinds[] = {
-    {"gpt", 0, 32, 2048, 2048, 1024, 4, 16, 16, 64, 4096, 0, 0},
-    {"csm", 1, 32, 2051, 2048, 1024, 4, 8, 2, 128, 8192, 500000.0, 1},
-    {"tiny-gpt", 0, 8, 64, 128, 64, 2, 4, 4, 16, 256, 0, 0},
-    {"tiny-llama", 1, 8, 64, 128, 64, 2, 4, 2, 16, 128, 500000.0, 1},
+    {"gpt", 0, 32, 2048, 2048, 1024, 4, 16, 16, 64, 4096, 0, 0, 0, 1},
+    {"csm", 1, 32, 2051, 2048, 1024, 4, 8, 2, 128, 8192, 500000.0, 1, 0, 1},
+    /* Qwen3-TTS 12 Hz's code predictor (issue 17's dims): 16 code groups of 2048, talker width 2048 */
+    {"qwen3tts", 1, 16, 2048, 2048, 1024, 5, 16, 8, 128, 3072, 1000000.0, 0, 1, 0},
+    {"tiny-gpt", 0, 8, 64, 128, 64, 2, 4, 4, 16, 256, 0, 0, 0, 1},
+    {"tiny-llama", 1, 8, 64, 128, 64, 2, 4, 2, 16, 128, 500000.0, 1, 0, 1},
+    /* a test model of the Qwen3 block; it keeps a head0 so the generic c0-sampling tests run on it too */
+    {"tiny-qwen3", 1, 8, 64, 128, 64, 3, 4, 2, 32, 128, 1000000.0, 0, 1, 1}, /* H HD = 128 != D on purpose */
 };
 
 static uint64_t splitmix(uint64_t *s) {
@@ -127,7 +133,7 @@ dd_status dd_model_synthetic(dd_model **out, const char *kind, dd_dtype wt, uint
     const synth_dims *k = NULL;
     for (size_t i = 0; kind && i < sizeof kinds / sizeof *kinds; i++)
         if (strcmp(kind, kinds[i].name) == 0) k = &kinds[i];
-    if (!k) return dd_fail(err, DD_EINVAL, "synthetic model '%s': unknown (gpt, csm, tiny-gpt, tiny-llama)",
+    if (!k) return dd_fail(err, DD_EINVAL, "synthetic model '%s': unknown (gpt, csm, qwen3tts, tiny-gpt, tiny-llama, tiny-qwen3)",
                            kind ? kind : "(null)");
     if ((unsigned)wt > DD_Q4) return dd_fail(err, DD_EINVAL, "synthetic model: bad weight type %d", (int)wt);
     builder b = {.l = {.what = "synthetic model", .err = err}, .wt = wt, .seed = seed * 0x9E3779B97F4A7C15ull + 12345};
@@ -136,9 +142,9 @@ dd_status dd_model_synthetic(dd_model **out, const char *kind, dd_dtype wt, uint
     float sI = 1.7320508f / sqrtf((float)I), sD = 1.7320508f / sqrtf((float)D), sF = 1.7320508f / sqrtf((float)F),
           sA = 1.7320508f / sqrtf((float)(H * HD));
     /* head0 and heads get a larger spread so sampling has something to choose between */
-    put_mat(&b, "head0", 2, (int64_t[]){V, I}, 2.0f * sI);
+    if (k->head0) put_mat(&b, "head0", 2, (int64_t[]){V, I}, 2.0f * sI);
     put_mat(&b, "in_proj", 2, (int64_t[]){D, I}, sI);
-    if (!k->llama) put_vec(&b, "in_proj.bias", D, 0.0f, 0.02f, vt);
+    if (!k->llama || k->qwen3) put_vec(&b, "in_proj.bias", D, 0.0f, 0.02f, vt);
     put_dense(&b, "embed.weight", 3, (int64_t[]){Q - 1, V, D}, gen(&b, (size_t)((Q - 1) * V * D), 0.0f, 1.0f),
               (size_t)((Q - 1) * V * D), vt);
     if (!k->llama)
@@ -158,6 +164,10 @@ dd_status dd_model_synthetic(dd_model **out, const char *kind, dd_dtype wt, uint
         if (!k->llama) put_vec(&b, P("fc1.bias"), F, 0.0f, 0.02f, vt);
         put_mat(&b, P("fc2"), 2, (int64_t[]){D, F}, 0.5f * sF);
         if (!k->llama) put_vec(&b, P("fc2.bias"), D, 0.0f, 0.02f, vt);
+        if (k->qwen3) {
+            put_vec(&b, P("q_norm.weight"), HD, 1.0f, 0.3f, vt);
+            put_vec(&b, P("k_norm.weight"), HD, 1.0f, 0.3f, vt);
+        }
 #undef P
     }
     put_vec(&b, "norm.weight", D, 1.0f, 0.1f, vt);
@@ -165,7 +175,9 @@ dd_status dd_model_synthetic(dd_model **out, const char *kind, dd_dtype wt, uint
     put_mat(&b, "heads", 3, (int64_t[]){Q - 1, V, D}, 2.0f * sD);
 
     char cfg[1024], rope[256] = "null", quant[128] = "";
-    if (k->llama)
+    if (k->llama && !k->scaling)
+        snprintf(rope, sizeof rope, "{\"theta\":%.1f,\"scaling\":null}", k->theta);
+    else if (k->llama)
         snprintf(rope, sizeof rope,
                  "{\"theta\":%.1f,\"scaling\":{\"factor\":32.0,\"low_freq_factor\":1.0,\"high_freq_factor\":4.0,"
                  "\"original_max_position_embeddings\":8192}}",
@@ -176,8 +188,9 @@ dd_status dd_model_synthetic(dd_model **out, const char *kind, dd_dtype wt, uint
     snprintf(cfg, sizeof cfg,
              "{\"format\":\"depthdec\",\"version\":1,\"block\":\"%s\",\"levels\":%d,\"codebook_size\":%d,"
              "\"input_dim\":%d,\"dim\":%d,\"layers\":%d,\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,"
-             "\"ffn_dim\":%d,\"norm_eps\":1e-05,\"rope\":%s%s}",
-             k->llama ? "llama" : "gpt", k->Q, k->V, k->I, k->D, k->L, k->H, k->KV, k->HD, k->F, rope, quant);
+             "\"ffn_dim\":%d,\"norm_eps\":%s,\"rope\":%s%s%s}",
+             k->llama ? "llama" : "gpt", k->Q, k->V, k->I, k->D, k->L, k->H, k->KV, k->HD, k->F,
+             k->qwen3 ? "1e-06" : "1e-05", rope, quant, k->qwen3 ? ",\"qk_norm\":true" : "");
 
     uint8_t *img = NULL;
     size_t size = 0;

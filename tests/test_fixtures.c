@@ -131,9 +131,50 @@ static void test_gpt_f16(void **st) { (void)st; check_fixture(FX "gpt_f16.safete
 static void test_gpt_bf16(void **st) { (void)st; check_fixture(FX "gpt_bf16.safetensors", "gpt_bf16"); }
 static void test_gpt_q8(void **st) { (void)st; check_fixture(FX "gpt_q8.safetensors", "gpt_q8"); }
 static void test_csm_tiny(void **st) { (void)st; check_fixture(FX "csm_tiny", "csm_tiny"); }
+/* The talker's next input embedding of the fixture's greedy codes (the reference code's own sum, float64) */
+static void check_next_embedding(const char *model_path, const char *name) {
+    dd_model *m;
+    dd_error e;
+    if (dd_model_load(&m, model_path, &e)) fail_msg("%s", e.msg);
+    const dd_config *c = dd_model_config(m);
+    const int N = 6, Q = c->levels, I = c->input_dim;
+    int32_t *greedy = load_arr(name, "greedy", 0, 2, (int64_t[]){N, Q});
+    float *ref = load_arr(name, "next_embed", 1, 2, (int64_t[]){N, I}), *out = malloc((size_t)N * I * 4);
+    th_poison(out, (size_t)N * I);
+    if (dd_next_embedding(m, N, greedy, out, &e)) fail_msg("%s", e.msg);
+    double err = 0, mx = 0;
+    for (int i = 0; i < N * I; i++) {
+        err = fmax(err, isnan(out[i]) ? INFINITY : fabs(out[i] - ref[i]));
+        mx = fmax(mx, fabs(ref[i]));
+    }
+    printf("  %s: the talker's next input embedding, max rel err %.3g\n", name, err / mx);
+    assert_true(err <= 1e-6 * mx);
+    greedy[3] = c->codebook_size; /* a code out of range is refused, by position */
+    assert_int_equal(dd_next_embedding(m, N, greedy, out, &e), DD_EINVAL);
+    assert_non_null(strstr(e.msg, "codes[0, 3]"));
+    /* a converted native copy keeps only projected tables: refused */
+    dd_model *n;
+    dd_export_params p = dd_export_default_params();
+    if (dd_model_export_mem(&n, m, &p, &e)) fail_msg("%s", e.msg);
+    assert_int_equal(dd_next_embedding(n, N, greedy, out, &e), DD_EUNSUPPORTED);
+    dd_model_free(n);
+    free(greedy);
+    free(ref);
+    free(out);
+    dd_model_free(m);
+}
+
 /* the Qwen3-Omni predictor directory holds the talker's codec table in a second file */
-static void test_qwen3omni_tiny(void **st) { (void)st; check_fixture(FX "qwen3omni_tiny", "qwen3omni_tiny"); }
-static void test_qwen3tts_tiny(void **st) { (void)st; check_fixture(FX "qwen3tts_tiny", "qwen3tts_tiny"); }
+static void test_qwen3omni_tiny(void **st) {
+    (void)st;
+    check_fixture(FX "qwen3omni_tiny", "qwen3omni_tiny");
+    check_next_embedding(FX "qwen3omni_tiny", "qwen3omni_tiny");
+}
+static void test_qwen3tts_tiny(void **st) {
+    (void)st;
+    check_fixture(FX "qwen3tts_tiny", "qwen3tts_tiny");
+    check_next_embedding(FX "qwen3tts_tiny", "qwen3tts_tiny");
+}
 /* Bad Qwen3 directories: refused with the file and tensor named, nothing loaded */
 static void test_qwen3_bad_dirs(void **st) {
     (void)st;

@@ -23,12 +23,12 @@ static const char *USAGE =
     "  generate --model M --hidden H.npy [--c0 C.npy] --out CODES.npy [--seed S] [--frame F]\n"
     "           [--temperature T] [--top-k K] [--greedy] [--backend B] [--threads N] [--batch N]\n"
     "  score --model M --hidden H.npy --codes C.npy --out LOGITS.npy [--logits0 L0.npy] [--backend B]\n"
-    "  bench [--model M | --synthetic gpt|csm] [--weights f32|f16|bf16|q8|q4] [--batch B] [--frames N]\n"
+    "  bench [--model M | --synthetic gpt|csm|qwen3tts] [--weights f32|f16|bf16|q8|q4] [--batch B] [--frames N]\n"
     "        [--backend B] [--threads N] [--json FILE]\n"
-    "  export (--synthetic gpt|csm|tiny-gpt|tiny-llama [--weights W] | --model M [--weights f32|f16|bf16])\n"
+    "  export (--synthetic gpt|csm|qwen3tts|tiny-gpt|tiny-llama|tiny-qwen3 [--weights W] | --model M [--weights f32|f16|bf16])\n"
     "         --out FILE.safetensors      write a native file (converting/dequantizing with --weights)\n"
     "  quantize IN OUT --bits 8|4 [--group-size 32|64|128] [--embeddings] [--scale-type f32|f16|bf16]\n"
-    "  quality (MODEL | --synthetic gpt|csm|tiny-gpt|tiny-llama) [--group-size G] [--rows N] [--backend B]\n"
+    "  quality (MODEL | --synthetic gpt|csm|qwen3tts|tiny-gpt|tiny-llama|tiny-qwen3) [--group-size G] [--rows N] [--backend B]\n"
     "          [--hidden H.npy --codes C.npy]   8- and 4-bit logit error and top-1 agreement per level\n"
     "\n"
     "MODEL is a native .safetensors file or an HF CSM directory (config.json + model.safetensors[.index.json]).\n";
@@ -608,7 +608,7 @@ done:
 
 static int cmd_bench(opts *o) {
     if (opt_flag(o, "--help")) {
-        printf("usage: depthdec bench [--model M | --synthetic gpt|csm] [--weights f32|f16|bf16|q8|q4] [--batch B]\n"
+        printf("usage: depthdec bench [--model M | --synthetic gpt|csm|qwen3tts] [--weights f32|f16|bf16|q8|q4] [--batch B]\n"
                "       [--frames N] [--backend B] [--threads N] [--json FILE]\n"
                "Times whole frames (all passes, c0 given) of B streams; prints the median ms/frame beside the\n"
                "floor = weight bytes per frame / read bandwidth measured in the same run.\n");
@@ -622,7 +622,8 @@ static int cmd_bench(opts *o) {
     if (positionals(o, pos, 0)) die_usage("bench takes no positional arguments");
     if (model && syn) die_usage("give either --model or --synthetic, not both");
     if (model && wt) die_usage("--weights applies to --synthetic models only (a file has its own types)");
-    if (syn && strcmp(syn, "gpt") && strcmp(syn, "csm")) die_usage("--synthetic '%s': want gpt or csm", syn);
+    if (syn && strcmp(syn, "gpt") && strcmp(syn, "csm") && strcmp(syn, "qwen3tts"))
+        die_usage("--synthetic '%s': want gpt, csm or qwen3tts", syn);
     if (!model && !syn) syn = "gpt";
     dd_dtype w = wt ? parse_weights(wt) : DD_BF16;
     int batch = bt ? (int)parse_int("--batch", bt, 1, 4096) : 1;
@@ -751,7 +752,7 @@ static int cmd_bench(opts *o) {
 
 static int cmd_export(opts *o) {
     if (opt_flag(o, "--help")) {
-        printf("usage: depthdec export (--synthetic gpt|csm|tiny-gpt|tiny-llama [--weights W] | --model M) --out F\n"
+        printf("usage: depthdec export (--synthetic gpt|csm|qwen3tts|tiny-gpt|tiny-llama|tiny-qwen3 [--weights W] | --model M) --out F\n"
                "Writes the model as a native .safetensors file (config in __metadata__), e.g. for other engines.\n");
         return 0;
     }

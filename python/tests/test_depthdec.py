@@ -542,3 +542,31 @@ def test_decoder_refuses_a_second_thread():
             d.generate(h[:1])
     t.join()
     assert d.generate(h[:1]).shape == (1, 8)
+
+
+@needs_fixtures
+@pytest.mark.parametrize("name", ["qwen3omni_tiny", "qwen3tts_tiny"])
+def test_qwen3_predictors(name):
+    """Qwen3 code predictors as their reference code saves them: teacher-forced logits and greedy codes (c0 given)
+    against the float64 fixtures on every backend that runs them, and the talker's next input embedding."""
+    m = depthdec.Model(FIXTURES / name)
+    c = m.config
+    assert c["has_qk_norm"] is True and c["has_head0"] is False
+    h, codes, greedy = fixture(name, "hidden"), fixture(name, "codes"), fixture(name, "greedy")
+    ref = fixture(name, "logits")
+    for b in ["ref", "auto"] + [x for x in depthdec.available_backends() if x not in ("ref", "cuda")]:
+        d = depthdec.Decoder(m, backend=b)
+        logits, logits0 = d.score(h, codes)
+        assert logits0 is None
+        assert np.max(np.abs(logits - ref)) <= 1e-4 * np.max(np.abs(ref))
+        got = d.generate(h, c0=greedy[:, 0], greedy=True)
+        assert np.array_equal(got, greedy)
+    ne = m.next_embedding(greedy)
+    want = fixture(name, "next_embed")
+    assert ne.shape == want.shape and np.max(np.abs(ne - want)) <= 1e-6 * np.max(np.abs(want))
+    bad = greedy.copy()
+    bad[1, 2] = c["codebook_size"]
+    with pytest.raises(depthdec.ArgumentError, match="row 1, level 2"):
+        m.next_embedding(bad)
+    with pytest.raises(depthdec.Error, match="talker-space"):
+        depthdec.Model.synthetic("tiny-qwen3").next_embedding(greedy)

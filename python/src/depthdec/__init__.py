@@ -109,8 +109,9 @@ class Model:
 
     @classmethod
     def synthetic(cls, kind, weights="bf16", seed=0):
-        """One of the embedded synthetic models: kind "gpt" (the seed's dims), "csm" (CSM-1B depth dims), "tiny-gpt"
-        or "tiny-llama" (small models for tests);
+        """One of the embedded synthetic models: kind "gpt" (the seed's dims), "csm" (CSM-1B depth dims),
+        "qwen3tts" (Qwen3-TTS's code predictor dims, no head0), "tiny-gpt", "tiny-llama" or "tiny-qwen3" (small models
+        for tests);
         weights "f32", "f16", "bf16", "q8" or "q4" (group 64). Deterministic in `seed`; the weights are synthetic
         (not a trained model)."""
         if not isinstance(kind, str) or not isinstance(weights, str):
@@ -173,6 +174,18 @@ class Model:
         import copy
 
         return copy.deepcopy(self._config)
+
+    def next_embedding(self, codes):
+        """Qwen3 code predictors: the talker's next input embedding for frames of codes [N, Q] (int32/int64 in
+        [0, V), c0 included): the talker's codec table at c0 plus codec_embedding.{j-1} at c_j for j = 1..Q-1,
+        unprojected, float32 [N, input_dim] (torch when `codes` is a torch tensor). Needs the model loaded from its
+        HF directory; raises depthdec.Error (EUNSUPPORTED) for other models."""
+        c = self._config
+        a = _host_array(codes, "codes")
+        ca = _codes(self, a, "codes", (a.shape[0] if a.ndim else 0, c["levels"]), c["codebook_size"])
+        out = np.empty((ca.shape[0], c["input_dim"]), dtype=np.float32)
+        _ext.next_embedding(self._h, ca.shape[0], ca, out)
+        return _like(codes, out)
 
     def __repr__(self):
         c = self._config

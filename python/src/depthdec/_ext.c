@@ -16,6 +16,7 @@
 
 #include "depthdec.h"
 
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -506,6 +507,34 @@ rel_h:
     Py_RETURN_NONE;
 }
 
+/* the talker's next input embedding (Qwen3): codes [n, Q] int32 -> out [n, input_dim] float32 */
+static PyObject *next_embedding(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *cap, *co, *oo;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "OnOO:next_embedding", &cap, &n, &co, &oo)) return NULL;
+    dd_model *m = get_model(cap);
+    if (!m) return NULL;
+    const dd_config *c = dd_model_config(m);
+    if (n < 0 || n > INT_MAX / (c->levels > c->input_dim ? c->levels : c->input_dim))
+        return raise_status(DD_EINVAL, "next_embedding: row count out of range");
+    Py_buffer codes, out;
+    if (get_buf(co, &codes, n * c->levels, 4, 0, "codes") < 0) return NULL;
+    if (get_buf(oo, &out, n * c->input_dim, 4, 1, "out") < 0) {
+        PyBuffer_Release(&codes);
+        return NULL;
+    }
+    dd_error e = {0};
+    dd_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = dd_next_embedding(m, (int)n, (const int32_t *)codes.buf, (float *)out.buf, &e);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&codes);
+    if (st) return raise_err(&e);
+    Py_RETURN_NONE;
+}
+
 /* ---- misc ------------------------------------------------------------------------------------------------- */
 
 static PyObject *backend_available(PyObject *self, PyObject *args) {
@@ -553,6 +582,7 @@ static PyMethodDef methods[] = {
     {"decoder_close", decoder_close, METH_O, "decoder_close(decoder): free it now"},
     {"decode", decode, METH_VARARGS, "decode(dec, n, hidden, c0, seeds, frames, T, K, codes_out)"},
     {"score", score, METH_VARARGS, "score(dec, n, hidden, codes, logits_out, logits0_out)"},
+    {"next_embedding", next_embedding, METH_VARARGS, "next_embedding(model, n, codes, out)"},
     {"backend_available", backend_available, METH_VARARGS, "backend_available(name) -> bool"},
     {"backends", backends, METH_NOARGS, "backends() -> names of the concrete backends, slowest first"},
     {"input_check", input_check, METH_VARARGS, "input_check(model, what, kind, itemsize, shape, rows, label)"},
