@@ -388,7 +388,17 @@ void th_linear_free(th_linear *L) {
 /* ---- attend ------------------------------------------------------------------------------------------------ */
 
 void th_attend_make(th_attend *A, int T, int p0, int H, int KVH, int HD, int rope, double theta) {
+    th_attend_make_qk(A, T, p0, H, KVH, HD, rope, theta, 0);
+}
+
+void th_attend_make_qk(th_attend *A, int T, int p0, int H, int KVH, int HD, int rope, double theta, int qk) {
     memset(A, 0, sizeof *A);
+    A->qk = qk;
+    if (qk) {
+        A->qn = th_rand_vec((size_t)HD, 0.3f);
+        A->kn = th_rand_vec((size_t)HD, 0.3f);
+        for (int i = 0; i < HD; i++) A->qn[i] += 1.0f, A->kn[i] += 1.0f;
+    }
     assert_true(p0 + T <= DD_MAX_LEVELS && HD <= DD_MAX_HEAD_DIM && H % KVH == 0);
     A->T = T, A->p0 = p0, A->H = H, A->KVH = KVH, A->HD = HD, A->rope = rope;
     const int Q = A->Q = p0 + T, kvw = A->kvw = KVH * HD, qw = A->qw = (H + 2 * KVH) * HD, half = HD / 2;
@@ -410,7 +420,14 @@ void th_attend_make(th_attend *A, int T, int p0, int H, int KVH, int HD, int rop
     for (int t = 0; t < T; t++) {
         int p = p0 + t;
         for (int h = 0; h < H + KVH; h++) {
-            const float *v = A->qkv + (size_t)t * qw + (size_t)h * HD;
+            const float *vin = A->qkv + (size_t)t * qw + (size_t)h * HD;
+            double v[DD_MAX_HEAD_DIM], ss = 0;
+            for (int j = 0; j < HD; j++) v[j] = vin[j], ss += v[j] * v[j];
+            if (qk) { /* x / sqrt(mean x^2 + eps) * w, before RoPE */
+                const float *w = h < H ? A->qn : A->kn;
+                const double inv = 1.0 / sqrt(ss / HD + 1e-6);
+                for (int j = 0; j < HD; j++) v[j] = v[j] * inv * w[j];
+            }
             double *o = h < H ? qr + ((size_t)t * H + h) * HD : kr + (size_t)p * kvw + (size_t)(h - H) * HD;
             for (int j = 0; j < HD; j++) o[j] = v[j];
             if (rope)
@@ -452,7 +469,8 @@ dd_attend_args th_attend_args(const th_attend *A, float *out, float *kcache, flo
     }
     return (dd_attend_args){.out = out, .ldo = A->H * A->HD, .kcache = kcache, .vcache = vcache, .ldc = 0,
                             .qkv = A->qkv, .ldq = (A->H + 2 * A->KVH) * A->HD, .B = 1, .P = A->T, .p0 = A->p0,
-                            .H = A->H, .KVH = A->KVH, .HD = A->HD, .inv_freq = A->rope ? A->inv_freq : NULL};
+                            .H = A->H, .KVH = A->KVH, .HD = A->HD, .inv_freq = A->rope ? A->inv_freq : NULL,
+                            .q_norm = A->qk ? A->qn : NULL, .k_norm = A->qk ? A->kn : NULL, .qk_eps = 1e-6f};
 }
 
 int th_attend_check(const th_attend *A, const float *out, const float *kc, const float *vc, const char *who,
@@ -483,6 +501,8 @@ int th_attend_check(const th_attend *A, const float *out, const float *kc, const
 }
 
 void th_attend_free(th_attend *A) {
+    free(A->qn);
+    free(A->kn);
     free(A->qkv);
     free(A->kc0);
     free(A->vc0);

@@ -156,6 +156,8 @@ void th_linear_free(th_linear *L);
 
 typedef struct th_attend {
     int T, p0, H, KVH, HD, rope;
+    int qk;                       /* Qwen3's per-head q/k RMSNorm before RoPE (weights qn, kn [HD], eps 1e-6) */
+    float *qn, *kn;
     int Q, kvw, qw;               /* p0 + T cache rows of width kvw = KVH HD; qkv rows of width qw */
     double inv_freq[DD_MAX_HEAD_DIM / 2];
     float *qkv, *kc0, *vc0;       /* the new rows; the cache (rows 0 .. p0-1 are the cached positions) */
@@ -165,6 +167,8 @@ typedef struct th_attend {
 /* Random inputs (values in [-1, 1)) and the reference: RoPE with base theta when rope, new k / v rows written,
  * causal softmax attention, all in float64. Needs p0 + T <= DD_MAX_LEVELS. */
 void th_attend_make(th_attend *A, int T, int p0, int H, int KVH, int HD, int rope, double theta);
+/* The same with q/k norms when qk (random weights near 1) */
+void th_attend_make_qk(th_attend *A, int T, int p0, int H, int KVH, int HD, int rope, double theta, int qk);
 /* The arguments of one run: out and the cache rows to be written are poisoned, rows 0 .. p0-1 hold the cache. */
 dd_attend_args th_attend_args(const th_attend *A, float *out, float *kcache, float *vcache);
 /* out under TH_TOL_ATTEND, the new cache rows (k under TH_TOL_ROPE, v exact), the cached rows unchanged.

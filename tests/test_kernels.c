@@ -170,18 +170,19 @@ static void test_linear_options(void **state) {
 
 static void test_attend(void **state) {
     (void)state;
-    static const int cases[][6] = {
-        /* T, p0, H, KVH, HD, rope */
-        {1, 0, 4, 4, 16, 0},  {2, 0, 4, 2, 16, 1},  {1, 5, 8, 2, 128, 1}, {1, 31, 16, 16, 64, 0},
-        {3, 7, 6, 3, 10, 1},  {1, 20, 4, 1, 24, 1}, {5, 10, 2, 2, 7, 0},  {32, 0, 2, 1, 32, 1},
-        {2, 0, 16, 16, 64, 0}, {1, 30, 8, 2, 128, 1}, {4, 12, 3, 1, 18, 1}, {1, 1, 1, 1, 1, 0},
+    static const int cases[][7] = {
+        /* T, p0, H, KVH, HD, rope, q/k norm (Qwen3) */
+        {1, 0, 4, 4, 16, 0, 0},  {2, 0, 4, 2, 16, 1, 0},  {1, 5, 8, 2, 128, 1, 0}, {1, 31, 16, 16, 64, 0, 0},
+        {3, 7, 6, 3, 10, 1, 0},  {1, 20, 4, 1, 24, 1, 0}, {5, 10, 2, 2, 7, 0, 0},  {32, 0, 2, 1, 32, 1, 0},
+        {2, 0, 16, 16, 64, 0, 0}, {1, 30, 8, 2, 128, 1, 0}, {4, 12, 3, 1, 18, 1, 0}, {1, 1, 1, 1, 1, 0, 0},
+        {2, 0, 16, 8, 128, 1, 1}, {1, 9, 4, 2, 32, 1, 1}, {3, 4, 6, 3, 10, 1, 1}, {1, 14, 2, 2, 7, 0, 1},
     };
     int checked = 0;
     double worst = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
         const int *k = cases[ci];
         th_attend A;
-        th_attend_make(&A, k[0], k[1], k[2], k[3], k[4], k[5], k[5] && ci % 2 ? 500000.0 : 10000.0);
+        th_attend_make_qk(&A, k[0], k[1], k[2], k[3], k[4], k[5], k[5] && ci % 2 ? 500000.0 : 10000.0, k[6]);
         const size_t nout = (size_t)A.T * A.H * A.HD, ncache = (size_t)A.Q * A.kvw;
         float *out = malloc(nout * sizeof(float)), *kc = malloc(ncache * sizeof(float)),
               *vc = malloc(ncache * sizeof(float));
