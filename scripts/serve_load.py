@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Load test of `python -m depthdec.serve`: N concurrent streams on WebSockets, each sending one frame every period
+(80 ms, with jitter) for its lifetime; streams join during the first quarter of the run and some leave early.
+
+    python3 scripts/serve_load.py --model MODEL --url ws://127.0.0.1:8000/stream --streams 32 --seconds 20 [--check]
+
+Prints one JSON object: streams, seconds, frames (answered), stream_frames_per_s, latency p50/p99/max (ms, send to
+answer), deadline_misses (answers later than the period), lost (frames sent and never answered: must be 0),
+errors (frames answered with an error), and with --check `wrong`: frames whose codes differ from this machine's
+depthdec for the same (model, hidden, c0, seed, frame, sampling), decoded locally after the run (must be 0).
+MODEL is what the server loads (a path or synthetic:KIND[:WEIGHTS]); it gives the input width and, with --check,
+the reference codes. Needs `pip install websockets numpy` and the depthdec package.
+"""
+import argparse
+import asyncio
+import base64
+import json
+import random
+import sys
+import time
+
+import numpy as np
+
+
+async def run_stream(url, sid, cfg, start, life, period, jitter, seed, rec, t0):
+    import websockets
+
+    rng = np.random.default_rng(1000 + sid)
+    I, V = cfg["input_dim"], cfg["codebook_size"]
+    await asyncio.sleep(start)
+    async with websockets.connect(url, max_size=None) as ws:
+        k = 0
+        next_t = time.monotonic()
+        end = next_t + life
+        while time.monotonic() < end:
+            h = rng.standard_normal(I).astype("<f4")
+            c0 = None if cfg["has_head0"] else int(rng.integers(V))
+            req = {"id": [sid, k], "hidden_b64": base64.b64encode(h.tobytes()).decode(), "c0": c0,
+                   "seed": seed + sid, "frame": k}
+            sent = time.monotonic()
+            rec["sent"] += 1
+            try:
+                await ws.send(json.dumps(req))
+                ans = json.loads(await ws.recv())
+            except Exception:
+                break  # the connection dropped: this frame is lost (counted as sent - answered)
+            lat = time.monotonic() - sent
+            rec["lat"].append(lat)
+            if "codes" in ans and ans.get("id") == [sid, k]:
+                rec["frames"].append((h, c0, seed + sid, k, ans["codes"]))
+            else:
+                rec["errors"] += 1
+            k += 1
+            next_t += period + random.uniform(-jitter, jitter)
+            await asyncio.sleep(max(0.0, next_t - time.monotonic()))
+
+
+def summarize(rec, seconds, streams, period):
+    lat = np.array(rec["lat"]) * 1e3
+    answered = len(rec["lat"])
+    out = {"streams": streams, "seconds": seconds, "frames": answered,
+           "stream_frames_per_s": round(answered / seconds, 1),
+           "latency_ms": {"p50": round(float(np.percentile(lat, 50)), 2) if answered else None,
+                          "p99": round(float(np.percentile(lat, 99)), 2) if answered else None,
+                          "max": round(float(lat.max()), 2) if answered else None},
+           "deadline_misses": int((lat > period * 1e3).sum()), "lost": rec["sent"] - answered,
+           "errors": rec["errors"]}
+    return out
+
+
+def check(model_spec, frames):
+    """Frames whose served codes differ from a local decode (all in one batch: batch invariance makes it exact)."""
+    import depthdec
+    from depthdec.serve import load_model
+
+    m = load_model(model_spec)
+    if not frames:
+        return 0
+    h = np.stack([f[0] for f in frames]).astype(np.float32)
+    c0 = None if frames[0][1] is None else np.array([f[1] for f in frames], dtype=np.int32)
+    seeds = np.array([f[2] for f in frames], dtype=np.uint64)
+    fidx = np.array([f[3] for f in frames], dtype=np.uint64)
+    d = depthdec.Decoder(m, backend="cpu" if "cpu" in depthdec.available_backends() else "ref", max_batch=256)
+    want = d.generate(h, c0=c0, seed=seeds, frame=fidx)
+    got = np.array([f[4] for f in frames], dtype=np.int32)
+    return int(np.sum(np.any(want != got, axis=1)))
+
+
+async def load(url, model_spec, streams, seconds, period, jitter, seed):
+    import urllib.request
+
+    info_url = url.replace("ws://", "http://").rsplit("/stream", 1)[0] + "/info"
+    cfg = json.loads(urllib.request.urlopen(info_url, timeout=30).read())["config"]
+    rec = {"sent": 0, "lat": [], "frames": [], "errors": 0}
+    rnd = random.Random(seed)
+    t0 = time.monotonic()
+    tasks = []
+    for s in range(streams):
+        start = rnd.uniform(0, seconds / 4)
+        life = seconds - start if s % 4 else rnd.uniform(seconds / 4, seconds - start)  # a quarter leave early
+        tasks.append(run_stream(url, s, cfg, start, life, period, jitter, seed, rec, t0))
+    await asyncio.gather(*tasks)
+    return rec
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--url", default="ws://127.0.0.1:8000/stream")
+    ap.add_argument("--model", required=True, help="the server's MODEL (path or synthetic:KIND[:WEIGHTS])")
+    ap.add_argument("--streams", type=int, default=16)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--period-ms", type=float, default=80.0)
+    ap.add_argument("--jitter-ms", type=float, default=10.0)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--check", action="store_true", help="compare every answered frame with a local decode")
+    a = ap.parse_args(argv)
+    rec = asyncio.run(load(a.url, a.model, a.streams, a.seconds, a.period_ms / 1e3, a.jitter_ms / 1e3, a.seed))
+    out = summarize(rec, a.seconds, a.streams, a.period_ms / 1e3)
+    if a.check:
+        out["wrong"] = check(a.model, rec["frames"])
+    print(json.dumps(out))
+    return 0 if out["lost"] == 0 and out.get("wrong", 0) == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
