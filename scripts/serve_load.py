@@ -22,16 +22,20 @@ import time
 import numpy as np
 
 
-async def run_stream(url, sid, cfg, start, life, period, jitter, seed, rec, t0):
+async def run_stream(url, sid, cfg, start, life, period, jitter, seed, rec, t0, retries=0):
+    """One stream: a frame every period on one WebSocket. With retries > 0 a dropped connection (a replica gone) is
+    reopened and the unanswered frame sent again, up to `retries` times per frame (rec["retried"] counts them);
+    without, the stream ends there and the frame counts as lost."""
     import websockets
 
     rng = np.random.default_rng(1000 + sid)
     I, V = cfg["input_dim"], cfg["codebook_size"]
     await asyncio.sleep(start)
-    async with websockets.connect(url, max_size=None) as ws:
-        k = 0
-        next_t = time.monotonic()
-        end = next_t + life
+    k = 0
+    next_t = time.monotonic()
+    end = next_t + life
+    ws = await websockets.connect(url, max_size=None)
+    try:
         while time.monotonic() < end:
             h = rng.standard_normal(I).astype("<f4")
             c0 = None if cfg["has_head0"] else int(rng.integers(V))
@@ -39,11 +43,27 @@ async def run_stream(url, sid, cfg, start, life, period, jitter, seed, rec, t0):
                    "seed": seed + sid, "frame": k}
             sent = time.monotonic()
             rec["sent"] += 1
-            try:
-                await ws.send(json.dumps(req))
-                ans = json.loads(await ws.recv())
-            except Exception:
-                break  # the connection dropped: this frame is lost (counted as sent - answered)
+            ans = None
+            for attempt in range(retries + 1):
+                try:
+                    await ws.send(json.dumps(req))
+                    ans = json.loads(await ws.recv())
+                    break
+                except Exception:
+                    if attempt == retries:
+                        break
+                    rec["retried"] += 1
+                    await asyncio.sleep(0.2)
+                    try:
+                        await ws.close()
+                    except Exception:
+                        pass
+                    try:
+                        ws = await websockets.connect(url, max_size=None)
+                    except Exception:
+                        pass  # the next attempt fails on send and retries again
+            if ans is None:
+                return  # the connection dropped for good: this frame is lost (counted as sent - answered)
             lat = time.monotonic() - sent
             rec["lat"].append(lat)
             if "codes" in ans and ans.get("id") == [sid, k]:
@@ -53,6 +73,11 @@ async def run_stream(url, sid, cfg, start, life, period, jitter, seed, rec, t0):
             k += 1
             next_t += period + random.uniform(-jitter, jitter)
             await asyncio.sleep(max(0.0, next_t - time.monotonic()))
+    finally:
+        try:
+            await ws.close()
+        except Exception:
+            pass
 
 
 def summarize(rec, seconds, streams, period):
@@ -64,7 +89,7 @@ def summarize(rec, seconds, streams, period):
                           "p99": round(float(np.percentile(lat, 99)), 2) if answered else None,
                           "max": round(float(lat.max()), 2) if answered else None},
            "deadline_misses": int((lat > period * 1e3).sum()), "lost": rec["sent"] - answered,
-           "errors": rec["errors"]}
+           "errors": rec["errors"], "retried": rec.get("retried", 0)}
     return out
 
 
@@ -86,19 +111,22 @@ def check(model_spec, frames):
     return int(np.sum(np.any(want != got, axis=1)))
 
 
-async def load(url, model_spec, streams, seconds, period, jitter, seed):
+async def load(url, model_spec, streams, seconds, period, jitter, seed, retries=0, during=None):
+    """Run the streams; `during`, when given, is a coroutine function run alongside them (a fault to inject)."""
     import urllib.request
 
     info_url = url.replace("ws://", "http://").rsplit("/stream", 1)[0] + "/info"
     cfg = json.loads(urllib.request.urlopen(info_url, timeout=30).read())["config"]
-    rec = {"sent": 0, "lat": [], "frames": [], "errors": 0}
+    rec = {"sent": 0, "lat": [], "frames": [], "errors": 0, "retried": 0}
     rnd = random.Random(seed)
     t0 = time.monotonic()
     tasks = []
     for s in range(streams):
         start = rnd.uniform(0, seconds / 4)
         life = seconds - start if s % 4 else rnd.uniform(seconds / 4, seconds - start)  # a quarter leave early
-        tasks.append(run_stream(url, s, cfg, start, life, period, jitter, seed, rec, t0))
+        tasks.append(run_stream(url, s, cfg, start, life, period, jitter, seed, rec, t0, retries))
+    if during:
+        tasks.append(during())
     await asyncio.gather(*tasks)
     return rec
 
@@ -113,8 +141,10 @@ def main(argv=None):
     ap.add_argument("--jitter-ms", type=float, default=10.0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--check", action="store_true", help="compare every answered frame with a local decode")
+    ap.add_argument("--retries", type=int, default=0, help="reopen a dropped stream and resend its frame (per frame)")
     a = ap.parse_args(argv)
-    rec = asyncio.run(load(a.url, a.model, a.streams, a.seconds, a.period_ms / 1e3, a.jitter_ms / 1e3, a.seed))
+    rec = asyncio.run(load(a.url, a.model, a.streams, a.seconds, a.period_ms / 1e3, a.jitter_ms / 1e3, a.seed,
+                           a.retries))
     out = summarize(rec, a.seconds, a.streams, a.period_ms / 1e3)
     if a.check:
         out["wrong"] = check(a.model, rec["frames"])

@@ -1,6 +1,7 @@
 """depthdec on Ray Serve (depthdec.serve) and its load test (scripts/serve_load.py), short form: a local Ray, the
-tiny synthetic model on the cpu backend; streams on WebSockets joining and leaving; every answered frame compared
-with this process's own decode of the same (hidden, c0, seed, frame, sampling); bad requests refused alone.
+tiny synthetic model on the cpu backend, two replicas; streams on WebSockets joining and leaving; every answered
+frame compared with this process's own decode of the same (hidden, c0, seed, frame, sampling); bad requests refused
+alone; a replica killed under load (Serve replaces it; streams reconnect and resend; nothing lost or wrong).
 Skips (with the reason) where ray[serve] or websockets is not installed; CI installs both."""
 import asyncio
 import base64
@@ -39,7 +40,8 @@ def server(tmp_path_factory):
     log = tmp_path_factory.mktemp("serve") / "serve.log"
     env = dict(os.environ, RAY_DEDUP_LOGS="0")
     p = subprocess.Popen([sys.executable, "-m", "depthdec.serve", MODEL, "--backend", "cpu", "--port", str(port),
-                          "--max-batch", "32"], stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env)
+                          "--max-batch", "32", "--replicas", "2"], stdout=open(log, "w"), stderr=subprocess.STDOUT,
+                         env=env)
     url = "http://127.0.0.1:%d" % port
     deadline = time.time() + 180
     while True:
@@ -137,12 +139,52 @@ def test_streams_with_a_bad_frame(server):
 def test_load_short(server):
     """scripts/serve_load.py, short: 6 streams for 4 s at 80 ms: nothing lost, nothing wrong."""
     url, _ = server
-    spec = importlib.util.spec_from_file_location("serve_load", REPO / "scripts" / "serve_load.py")
-    sl = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sl)
+    sl = _load_module()
     ws_url = url.replace("http://", "ws://") + "/stream"
     rec = asyncio.run(sl.load(ws_url, MODEL, 6, 4.0, 0.08, 0.01, 3))
     out = sl.summarize(rec, 4.0, 6, 0.08)
     out["wrong"] = sl.check(MODEL, rec["frames"])
     print(json.dumps(out))
     assert out["lost"] == 0 and out["errors"] == 0 and out["wrong"] == 0 and out["frames"] > 50
+
+
+def _load_module():
+    spec = importlib.util.spec_from_file_location("serve_load", REPO / "scripts" / "serve_load.py")
+    sl = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sl)
+    return sl
+
+
+def _kill_one_replica():
+    """ray.kill one of the application's replica actors (Serve's controller starts a new one)."""
+    import ray
+
+    ray.init(address="auto", namespace="serve", ignore_reinit_error=True, logging_level="ERROR")
+    try:
+        reps = [a for a in ray.util.list_named_actors(all_namespaces=True)
+                if "SERVE_REPLICA" in a["name"] and "DepthDecoder" in a["name"]]
+        assert len(reps) == 2, reps
+        ray.kill(ray.get_actor(reps[0]["name"], namespace=reps[0]["namespace"]), no_restart=True)
+        return reps[0]["name"]
+    finally:
+        ray.shutdown()
+
+
+def test_replica_killed_under_load(server):
+    """8 streams for 6 s; after 1.5 s one of the two replicas is killed: the streams it served see their connection
+    drop, reopen it and resend the frame; every frame is answered once and equals the library's codes."""
+    url, _ = server
+    sl = _load_module()
+    ws_url = url.replace("http://", "ws://") + "/stream"
+    killed = []
+
+    async def fault():
+        await asyncio.sleep(1.5)
+        killed.append(await asyncio.to_thread(_kill_one_replica))
+
+    rec = asyncio.run(sl.load(ws_url, MODEL, 8, 6.0, 0.08, 0.01, 4, retries=20, during=fault))
+    out = sl.summarize(rec, 6.0, 8, 0.08)
+    out["wrong"] = sl.check(MODEL, rec["frames"])
+    print(json.dumps(out), "killed", killed)
+    assert killed and out["lost"] == 0 and out["errors"] == 0 and out["wrong"] == 0
+    assert out["retried"] >= 1  # some stream was on the killed replica and came back
