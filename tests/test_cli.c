@@ -616,6 +616,32 @@ static void test_reproducible(void **state) {
 
 /* ---- info, bench, demo ----------------------------------------------------------------------------------- */
 
+/* Qwen3-TTS (HF directory): greedy codes given c0 and the talker's next input embedding, as the fixtures (made by
+ * qwen-tts); a model without talker-space tables refuses --next-embed before writing anything */
+static void test_qwen3_next_embed(void **state) {
+    (void)state;
+    const char *O = P("q.npy"), *E = P("qe.npy"), *C0 = P("qc0.npy");
+    int32_t *greedy = read_npy(FX "qwen3tts_tiny_greedy.npy", DD_NPY_I32, 2, (int64_t[]){6, 8}), c0[6];
+    for (int i = 0; i < 6; i++) c0[i] = greedy[i * 8];
+    dd_error e;
+    assert_int_equal(dd_npy_write(C0, DD_NPY_I32, 1, (int64_t[]){6}, c0, &e), DD_OK);
+    run_ok("generate --model " FX "qwen3tts_tiny --hidden " FX "qwen3tts_tiny_hidden.npy --c0 %s --greedy --out %s "
+           "--next-embed %s", C0, O, E);
+    int32_t *got = read_npy(O, DD_NPY_I32, 2, (int64_t[]){6, 8});
+    float *emb = read_npy(E, DD_NPY_F32, 2, (int64_t[]){6, 48}),
+          *want = read_npy(FX "qwen3tts_tiny_next_embed.npy", DD_NPY_F32, 2, (int64_t[]){6, 48});
+    assert_true(equal_i32(got, greedy, 48));
+    assert_true(max_diff(emb, want, 6 * 48) <= 1e-6 * max_abs(want, 6 * 48));
+    assert_non_null(strstr(g_err, "next input embeddings"));
+    remove(O);
+    remove(E);
+    assert_int_not_equal(run("generate --model " FX "gpt_bf16.safetensors --hidden " FX "gpt_bf16_hidden.npy --out %s "
+                             "--next-embed %s", O, E), 0);
+    assert_non_null(strstr(g_err, "--next-embed"));
+    assert_false(exists(O) || exists(E));
+    free(got), free(emb), free(want), free(greedy);
+}
+
 static void test_info(void **state) {
     run_ok("info %s", g_tiny);
     const char *want[] = {"block        gpt", "levels       8", "codebook     64", "input_dim    128",
@@ -749,6 +775,7 @@ int main(void) {
         cmocka_unit_test(test_fixture_score),
         cmocka_unit_test(test_f16_hidden_int64_c0),
         cmocka_unit_test(test_reproducible),
+        cmocka_unit_test(test_qwen3_next_embed),
         cmocka_unit_test(test_info),
         cmocka_unit_test(test_bench_json),
         cmocka_unit_test(test_demo),

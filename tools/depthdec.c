@@ -22,6 +22,7 @@ static const char *USAGE =
     "                                      decode frames of the embedded synthetic GPT-dims model\n"
     "  generate --model M --hidden H.npy [--c0 C.npy] --out CODES.npy [--seed S] [--frame F]\n"
     "           [--temperature T] [--top-k K] [--greedy] [--backend B] [--threads N] [--batch N]\n"
+    "           [--next-embed E.npy]       (Qwen3: also the talker's next input embedding of each frame)\n"
     "  score --model M --hidden H.npy --codes C.npy --out LOGITS.npy [--logits0 L0.npy] [--backend B]\n"
     "  bench [--model M | --synthetic gpt|csm|qwen3tts] [--weights f32|f16|bf16|q8|q4] [--batch B] [--frames N]\n"
     "        [--backend B] [--threads N] [--json FILE]\n"
@@ -430,14 +431,17 @@ static int cmd_generate(opts *o) {
     if (opt_flag(o, "--help")) {
         printf("usage: depthdec generate --model M --hidden H.npy [--c0 C.npy] --out CODES.npy [--seed S]\n"
                "       [--frame F] [--temperature T] [--top-k K] [--greedy] [--backend B] [--threads N] [--batch N]\n"
+               "       [--next-embed E.npy]\n"
                "H.npy float32/float16 [N, input_dim]; C.npy int32/int64 [N]; writes int32 [N, levels].\n"
-               "Row n is frame F + n of one stream seeded S; without --c0, c0 is sampled from head0.\n");
+               "Row n is frame F + n of one stream seeded S; without --c0, c0 is sampled from head0.\n"
+               "--next-embed (Qwen3 predictors loaded from their HF directory): also writes float32 [N, input_dim],\n"
+               "the talker's next input embedding of each frame's codes (c0's talker row + the predictor's tables).\n");
         return 0;
     }
     const char *model = opt_str(o, "--model"), *hid = opt_str(o, "--hidden"), *c0p = opt_str(o, "--c0"),
                *out = opt_str(o, "--out"), *sd = opt_str(o, "--seed"), *fr = opt_str(o, "--frame"),
                *tp = opt_str(o, "--temperature"), *tk = opt_str(o, "--top-k"), *th = opt_str(o, "--threads"),
-               *bt = opt_str(o, "--batch");
+               *bt = opt_str(o, "--batch"), *nep = opt_str(o, "--next-embed");
     int greedy = opt_flag(o, "--greedy");
     dd_backend b = opt_backend(o);
     const char *pos[1];
@@ -461,9 +465,14 @@ static int cmd_generate(opts *o) {
     int rc = 1;
     int32_t *c0 = NULL, *codes = NULL;
     uint64_t *seeds = NULL, *frames = NULL;
+    float *emb = NULL, *h = NULL;
     dd_decoder *d = NULL;
-    float *h = read_hidden(m, hid, &n);
-    if (!h) goto done;
+    /* a model that cannot give the next embedding fails before any work (no partial output) */
+    if (nep && dd_next_embedding(m, 0, NULL, NULL, &e)) {
+        fprintf(stderr, "depthdec: --next-embed: %s\n", e.msg);
+        goto done;
+    }
+    if (!(h = read_hidden(m, hid, &n))) goto done;
     if (c0p && !(c0 = read_codes(m, c0p, "--c0", 1, (int64_t[]){n}, c->codebook_size))) goto done;
     if (!c0 && !c->has_head0) {
         fprintf(stderr, "depthdec: %s: the model has no head0, so --c0 is required\n", model);
@@ -495,14 +504,29 @@ static int cmd_generate(opts *o) {
         }
     }
     progress_end();
+    if (nep) {
+        if (!(emb = malloc((size_t)n * c->input_dim * sizeof *emb))) {
+            fprintf(stderr, "depthdec: out of memory for %lld rows\n", (long long)n);
+            goto done;
+        }
+        if (dd_next_embedding(m, (int)n, codes, emb, &e)) {
+            fprintf(stderr, "depthdec: --next-embed: %s\n", e.msg);
+            goto done;
+        }
+    }
     if (dd_npy_write(out, DD_NPY_I32, 2, (int64_t[]){n, c->levels}, codes, &e)) {
         fail(&e);
         goto done;
     }
-    summary("wrote %s: %lld rows x %d codes (int32), seed %llu, frames %llu..%llu, backend %s, %.2f s", out,
+    if (nep && dd_npy_write(nep, DD_NPY_F32, 2, (int64_t[]){n, c->input_dim}, emb, &e)) {
+        fail(&e);
+        unlink(out); /* both outputs or neither */
+        goto done;
+    }
+    summary("wrote %s: %lld rows x %d codes (int32), seed %llu, frames %llu..%llu, backend %s, %.2f s%s%s", out,
             (long long)n, c->levels, (unsigned long long)seed, (unsigned long long)frame0,
             (unsigned long long)(frame0 + (uint64_t)n - 1), dd_backend_name(dd_decoder_backend(d)),
-            (now_ms() - t0) / 1e3);
+            (now_ms() - t0) / 1e3, nep ? "; next input embeddings (float32) to " : "", nep ? nep : "");
     rc = 0;
 done:
     free(h);
@@ -510,6 +534,7 @@ done:
     free(codes);
     free(seeds);
     free(frames);
+    free(emb);
     dd_decoder_free(d);
     dd_model_free(m);
     return rc;
