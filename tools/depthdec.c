@@ -32,7 +32,8 @@ static const char *USAGE =
     "  quality (MODEL | --synthetic gpt|csm|qwen3tts|tiny-gpt|tiny-llama|tiny-qwen3) [--group-size G] [--rows N] [--backend B]\n"
     "          [--hidden H.npy --codes C.npy]   8- and 4-bit logit error and top-1 agreement per level\n"
     "\n"
-    "MODEL is a native .safetensors file or an HF CSM directory (config.json + model.safetensors[.index.json]).\n";
+    "MODEL is a native .safetensors file or an HF directory: CSM or a Qwen3 code predictor (config.json +\n"
+    "model.safetensors[.index.json]; Qwen3: + the talker codec table's .safetensors).\n";
 /* then the "Backends: ..." line (print_usage), then: */
 static const char *USAGE_TAIL =
     "Rows of --hidden are consecutive frames of one stream: row n uses seed S and frame F + n.\n"
