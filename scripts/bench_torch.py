@@ -93,6 +93,9 @@ class Decoder:
             q = q.view(B, P, H, HD).transpose(1, 2)
             k = k.view(B, P, KV, HD).transpose(1, 2)
             v = v.view(B, P, KV, HD).transpose(1, 2)
+            if g("q_norm.weight") is not None:  # Qwen3 code predictors: per-head RMSNorm of q and k before RoPE
+                q = F.rms_norm(q, (HD,), g("q_norm.weight"), self.eps)
+                k = F.rms_norm(k, (HD,), g("k_norm.weight"), self.eps)
             if not self.gpt:
                 q, k = self.rot(q, pos), self.rot(k, pos)
             self.kc[i, :, :, p0:p0 + P] = k
@@ -159,8 +162,34 @@ def time_frames(fn, n, torch):
     return ts[len(ts) // 2]
 
 
+def cmd_bench_cpu(a):
+    """--device cpu: the eager loop timed by the wall clock (no CUDA graph), medians of whole frames"""
+    import torch
+    cfg, W = load(a.model, "cpu")
+    res = []
+    for B in a.batch:
+        d = Decoder(cfg, W, B, "cpu")
+        with torch.inference_mode():
+            for _ in range(2):
+                d.frame()
+            ts = []
+            for _ in range(a.frames):
+                t0 = time.perf_counter()
+                d.frame()
+                ts.append((time.perf_counter() - t0) * 1e3)
+        ts.sort()
+        r = {"model": a.name, "weights": "bf16", "batch": B, "torch_eager_ms": ts[len(ts) // 2], "device": "cpu",
+             "threads": torch.get_num_threads(), "torch": torch.__version__}
+        print(json.dumps(r), flush=True)
+        res.append(r)
+    with open(a.json, "w") as f:
+        json.dump(res, f, indent=1)
+
+
 def cmd_bench(a):
     import torch
+    if a.device == "cpu":
+        return cmd_bench_cpu(a)
     dev = "cuda"
     cfg, W = load(a.model, dev)
     res = []
@@ -276,6 +305,7 @@ def main():
     b.add_argument("--batch", type=int, nargs="+", default=[1, 256])
     b.add_argument("--frames", type=int, default=30)
     b.add_argument("--json", required=True)
+    b.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: eager, wall-clock timed")
     p = sub.add_parser("plot")
     p.add_argument("bench")
     p.add_argument("torch")
