@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <algorithm>
 #include <vector>
@@ -228,4 +229,37 @@ template <class F> static double dr_time_us(F f, int warm, int reps) {
     CK(cudaEventDestroy(a));
     CK(cudaEventDestroy(b));
     return dr_median(t);
+}
+
+/* ---- bf16 test values (mma_swap.cu, wgmma_bits.cu): a fixed xorshift stream, bf16 bit patterns by flavour ---- */
+static uint64_t rs = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd(void) {
+    rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+    return (uint32_t)(rs >> 16);
+}
+/* a bf16 bit pattern of the given flavour (no NaN or inf: the contract's activations and weights are finite) */
+static uint16_t bf(int flavour) {
+    const uint32_t sign = rnd() & 1u, man = rnd() & 0x7Fu;
+    uint32_t ex;
+    switch (flavour) {
+    case 0: ex = 120 + rnd() % 14; break;  /* normal, ~2^-7 .. 2^6 */
+    case 1: ex = 1 + rnd() % 253; break;   /* any normal exponent */
+    case 2: ex = 0; break;                 /* subnormal or zero */
+    case 4: ex = 65 + rnd() % 119; break;  /* wide but no product overflows: 2^-62 .. 2^56 */
+    default: ex = 100 + rnd() % 60; break; /* mid-wide */
+    }
+    if (flavour == 2 && (rnd() & 3) == 0) return (uint16_t)(sign << 15); /* +-0 */
+    return (uint16_t)(sign << 15 | ex << 7 | man);
+}
+static float bf2f(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static uint16_t f2bf_rn(float f) { /* round to nearest even (finite inputs) */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
 }

@@ -202,18 +202,6 @@ __global__ void __launch_bounds__(cfg<BN, NWG>::THREADS, 1)
 }
 
 /* ---- host ------------------------------------------------------------------------------------------------------ */
-static uint16_t f2bf(float f) { /* round to nearest even (no NaN here) */
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static float bf2f(uint16_t h) {
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 static uint64_t rng_state;
 static double urand(void) { /* splitmix64 -> [0, 1) */
     uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
@@ -359,11 +347,11 @@ int main(void) {
     rng_state = (uint64_t)time(NULL);
     printf("# random seed %llu\n", (unsigned long long)rng_state);
     P.a.resize((size_t)MBIG * KDIM), P.hi.resize((size_t)NDIM * KDIM), P.lo.resize((size_t)NDIM * KDIM);
-    for (auto &v : P.a) v = f2bf((float)(2 * urand() - 1));
+    for (auto &v : P.a) v = f2bf_rn((float)(2 * urand() - 1));
     for (size_t i = 0; i < P.hi.size(); i++) { /* activations: varied magnitudes, split into two bf16 terms */
         const float x = (float)((2 * urand() - 1) * ldexp(1.0, (int)(urand() * 5) - 2));
-        P.hi[i] = f2bf(x);
-        P.lo[i] = f2bf(x - bf2f(P.hi[i]));
+        P.hi[i] = f2bf_rn(x);
+        P.lo[i] = f2bf_rn(x - bf2f(P.hi[i]));
     }
     /* float64 reference on the sampled rows, 16 threads */
     const int ns = (MBIG + SAMPLE_STEP - 1) / SAMPLE_STEP;
