@@ -14,6 +14,26 @@ dd_decoder_params dd_decoder_default_params(void) {
 
 dd_sampling dd_sampling_default(void) { return (dd_sampling){.temperature = 0.9f, .top_k = 50}; }
 
+/* a decoder of m on the backend of `row` */
+static dd_status create_on(const dd_backend_row *row, const dd_model *m, const dd_decoder_params *dp, dd_decoder **out,
+                           dd_error *err) {
+    dd_decoder *d = calloc(1, sizeof *d);
+    if (!d) return dd_fail(err, DD_ENOMEM, "decoder: out of memory");
+    d->m = m;
+    d->backend = row->info.id;
+    d->max_batch = dp->max_batch;
+    d->threads = dp->threads;
+    d->vt = row->vt;
+    d->codes_tmp = malloc((size_t)dp->max_batch * m->cfg.levels * sizeof(int32_t));
+    dd_status s = d->codes_tmp ? d->vt->init(d, err) : dd_fail(err, DD_ENOMEM, "decoder: out of memory");
+    if (s) {
+        dd_decoder_free(d);
+        return s;
+    }
+    *out = d;
+    return DD_OK;
+}
+
 dd_status dd_decoder_create(dd_decoder **out, const dd_model *m, const dd_decoder_params *p, dd_error *err) {
     dd_error_clear(err);
     if (!out) return dd_fail(err, DD_EINVAL, "dd_decoder_create: out is NULL");
@@ -23,29 +43,18 @@ dd_status dd_decoder_create(dd_decoder **out, const dd_model *m, const dd_decode
     if (dp.max_batch < 1 || dp.max_batch > DD_MAX_BATCH)
         return dd_fail(err, DD_EINVAL, "max_batch %d outside [1, %d]", dp.max_batch, DD_MAX_BATCH);
     if (dp.threads < 0 || dp.threads > 1024) return dd_fail(err, DD_EINVAL, "threads %d outside [0, 1024]", dp.threads);
-    const dd_backend_row *row;
-    /* auto: the CUDA kernels do not have Qwen3's q/k norms yet (issue 17), so such a model goes to the next
-     * backend down (cpu) rather than failing where a GPU exists */
-    dd_backend want = dp.backend;
-    if (want == DD_BACKEND_AUTO && m->cfg.has_qk_norm) want = dd_backend_available(DD_BACKEND_CPU) ? DD_BACKEND_CPU : DD_BACKEND_REF;
-    dd_status ps = dd_registry_pick(want, &row, err);
-    if (ps) return ps;
-    const dd_backend_vt *vt = row->vt;
-    dd_decoder *d = calloc(1, sizeof *d);
-    if (!d) return dd_fail(err, DD_ENOMEM, "decoder: out of memory");
-    d->m = m;
-    d->backend = row->info.id;
-    d->max_batch = dp.max_batch;
-    d->threads = dp.threads;
-    d->vt = vt;
-    d->codes_tmp = malloc((size_t)dp.max_batch * m->cfg.levels * sizeof(int32_t));
-    dd_status s = d->codes_tmp ? vt->init(d, err) : dd_fail(err, DD_ENOMEM, "decoder: out of memory");
-    if (s) {
-        dd_decoder_free(d);
-        return s;
+    if (dp.backend != DD_BACKEND_AUTO) {
+        const dd_backend_row *row;
+        dd_status ps = dd_registry_pick(dp.backend, &row, err);
+        return ps ? ps : create_on(row, m, &dp, out, err);
     }
-    *out = d;
-    return DD_OK;
+    /* auto: the fastest usable backend that runs this model; one whose init says DD_EUNSUPPORTED (cuda for Qwen3's
+     * q/k norms, or for more than 64 levels) hands the model to the next one down (ref runs every model) */
+    dd_status s = dd_fail(err, DD_EUNSUPPORTED, "backend auto: no backend can run here");
+    for (int i = dd_registry_count - 1; i >= 0 && s == DD_EUNSUPPORTED; i--)
+        if (dd_registry_usable(&dd_registry[i])) s = create_on(&dd_registry[i], m, &dp, out, err);
+    if (!s) dd_error_clear(err);
+    return s;
 }
 
 void dd_decoder_free(dd_decoder *d) {

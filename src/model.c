@@ -496,12 +496,11 @@ static dd_status load_csm_tensors(loader *L, dd_error *err) {
     return DD_OK;
 }
 
-/* Dense matrices stacked into one owned [sum rows, cols] view (the engine reads a level's table or head as rows
- * of one matrix). All must share one dense type: a quantized or mixed-type set is refused by name. `rows[i]` rows
- * are taken from the top of ws[i]. */
-static dd_status stack_rows(loader *L, const char *what, const char *const *names, const dd_weight *ws,
-                            const int64_t *rows, int n, dd_weight *out, dd_error *err) {
-    int64_t total = 0, cols = ws[0].cols;
+/* The top `rows` rows of n dense matrices stacked into one owned [n rows, cols] view (the engine reads a level's
+ * table or head as rows of one matrix). All must share one dense type: a quantized or mixed-type set is refused by
+ * name. */
+static dd_status stack_rows(loader *L, const char *what, char (*names)[256], const dd_weight *ws, int64_t rows, int n,
+                            dd_weight *out, dd_error *err) {
     for (int i = 0; i < n; i++) {
         if (ws[i].type != DD_F32 && ws[i].type != DD_F16 && ws[i].type != DD_BF16)
             return dd_fail(err, DD_EUNSUPPORTED,
@@ -511,17 +510,12 @@ static dd_status stack_rows(loader *L, const char *what, const char *const *name
         if (ws[i].type != ws[0].type)
             return dd_fail(err, DD_EMODEL, "%s: tensor '%s' is %s but '%s' is %s: the %s must share one dtype",
                            L->label, names[i], dd_dtype_name(ws[i].type), names[0], dd_dtype_name(ws[0].type), what);
-        total += rows[i];
     }
-    const size_t rb = ws[0].row_bytes;
-    uint8_t *buf = dd_model_own(L->m, malloc((size_t)total * rb + 1));
+    const size_t rb = ws[0].row_bytes, part = (size_t)rows * rb;
+    uint8_t *buf = dd_model_own(L->m, malloc((size_t)n * part + 1));
     if (!buf) return dd_fail(err, DD_ENOMEM, "%s: out of memory stacking the %s", L->label, what);
-    size_t off = 0;
-    for (int i = 0; i < n; i++) {
-        memcpy(buf + off, ws[i].data, (size_t)rows[i] * rb);
-        off += (size_t)rows[i] * rb;
-    }
-    *out = (dd_weight){.type = ws[0].type, .rows = total, .cols = cols, .data = buf, .row_bytes = rb};
+    for (int i = 0; i < n; i++) memcpy(buf + (size_t)i * part, ws[i].data, part);
+    *out = (dd_weight){.type = ws[0].type, .rows = (int64_t)n * rows, .cols = ws[0].cols, .data = buf, .row_bytes = rb};
     return DD_OK;
 }
 
@@ -560,33 +554,24 @@ static dd_status load_qwen3_tensors(loader *L, dd_error *err) {
         return dd_fail(err, DD_EMODEL, "%s: tensor '%s': shape %s (want [>= %lld, %lld])", tfile, tname, sh,
                        (long long)V, (long long)I);
     }
-    const int nt = (int)Q - 1;
-    dd_weight *tw = calloc((size_t)nt, sizeof *tw);
-    int64_t *tr = calloc((size_t)nt, sizeof *tr);
-    char(*tn)[256] = calloc((size_t)nt, sizeof *tn);
-    const char **tnp = calloc((size_t)nt, sizeof *tnp);
-    if (!tw || !tr || !tn || !tnp) {
-        free(tw), free(tr), free(tn), free(tnp);
-        return dd_fail(err, DD_ENOMEM, "%s: out of memory", L->label);
-    }
-    s = load_mat(L, tname, 0, tt->shape[0], I, 1, &tw[0], err);
+    const int nt = (int)Q - 1; /* <= DD_MAX_LEVELS - 1 (the config parser's bound) */
+    dd_weight tw[DD_MAX_LEVELS];
+    char tn[DD_MAX_LEVELS][256];
     snprintf(tn[0], sizeof tn[0], "%s", tname);
-    for (int j = 1; !s && j < nt; j++) {
+    if ((s = load_mat(L, tname, 0, tt->shape[0], I, 1, &tw[0], err))) return s;
+    for (int j = 1; j < nt; j++) {
         snprintf(tn[j], sizeof tn[j], "%smodel.codec_embedding.%d.weight", P, j - 1);
-        s = load_mat(L, tn[j], 0, V, I, 1, &tw[j], err);
+        if ((s = load_mat(L, tn[j], 0, V, I, 1, &tw[j], err))) return s;
     }
-    for (int j = 0; j < nt; j++) tr[j] = V, tnp[j] = tn[j];
-    if (!s) s = stack_rows(L, "code tables", tnp, tw, tr, nt, &m->embed, err);
+    if ((s = stack_rows(L, "code tables", tn, tw, V, nt, &m->embed, err))) return s;
     /* the last table feeds only the talker's next input (dd_next_embedding); optional */
     snprintf(n1, sizeof n1, "%smodel.codec_embedding.%d.weight", P, (int)Q - 2);
-    if (!s) s = load_mat(L, n1, 0, V, I, 0, &m->embed_last, err);
-    for (int j = 0; !s && j < nt; j++) {
+    if ((s = load_mat(L, n1, 0, V, I, 0, &m->embed_last, err))) return s;
+    for (int j = 0; j < nt; j++) {
         snprintf(tn[j], sizeof tn[j], "%slm_head.%d.weight", P, j);
-        s = load_mat(L, tn[j], 0, V, D, 1, &tw[j], err);
+        if ((s = load_mat(L, tn[j], 0, V, D, 1, &tw[j], err))) return s;
     }
-    if (!s) s = stack_rows(L, "heads", tnp, tw, tr, nt, &m->heads, err);
-    free(tw), free(tr), free(tn), free(tnp);
-    if (s) return s;
+    if ((s = stack_rows(L, "heads", tn, tw, V, nt, &m->heads, err))) return s;
     snprintf(n1, sizeof n1, "%smodel.norm.weight", P);
     if ((s = load_vec(L, n1, D, 1, &m->norm_w, err))) return s;
     for (int i = 0; i < c->layers; i++) {

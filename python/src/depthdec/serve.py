@@ -25,6 +25,7 @@ import asyncio
 import base64
 import math
 import sys
+import time
 
 import numpy as np
 
@@ -221,7 +222,6 @@ def main(argv=None):
           (a.model, replicas, "GPU" if use_gpu else "CPU", a.host, a.port), flush=True)
     try:
         while True:
-            import time
             time.sleep(3600)
     except KeyboardInterrupt:
         serve.shutdown()
