@@ -55,7 +55,7 @@ extern "C" {
 #define CU_PART_SLOTS 64          /* chunk partials of one round, 512 B each */
 #define CU_ACC_SLOTS 32           /* running accumulators (unit, half), 512 B each */
 #define CU_ASUM_FLOATS 2048       /* group sums of the staged activations (quantized weights) */
-#define CU_MISC_BYTES 8192 /* flags, sampler scratch, norm statistics, two sets of three op slots */
+#define CU_MISC_BYTES 10240 /* flags, sampler scratch, norm statistics, two sets of three op slots */
 #define CU_SMEM_BYTES                                                                                              \
     (CU_ACT_BYTES + CU_PART_SLOTS * 512 + CU_ACC_SLOTS * 512 + CU_ASUM_FLOATS * 4 + CU_MISC_BYTES)
 

@@ -37,9 +37,11 @@ static_assert(sizeof(cu_op) <= 1024 && sizeof(cu_op) % 4 == 0, "cu_op must fit i
 #define MISC_RV 1104
 #define MISC_RI 1168
 #define MISC_GFLAG 1280
+#define MISC_HIST2 8192 /* the sampler's second count array, then its key list */
+#define MISC_LIST 9216
 #define MISC_OPS 2048 /* two sets of three 1 KB op slots: ops i, i+1, i+2 of the running op; the next set */
 #define CNT_HEAD 256
-static_assert(MISC_OPS + 6 * 1024 <= CU_MISC_BYTES, "op slots");
+static_assert(MISC_OPS + 6 * 1024 <= MISC_HIST2 && MISC_LIST + 128 <= CU_MISC_BYTES, "op slots, sampler scratch");
 
 __device__ __forceinline__ unsigned long long cu_ld_acquire(const unsigned long long *p) {
     unsigned long long v;
@@ -199,7 +201,7 @@ extern "C" __global__ void __launch_bounds__(CU_THREADS, 1) cu_frame_kernel(cu_p
     sm.misc = (uint8_t *)(sm.asum + CU_ASUM_FLOATS);
     int *sflag = (int *)(sm.misc + MISC_FLAG);
     cu_samp_smem SS = {(unsigned *)(sm.misc + MISC_HIST), (int *)(sm.misc + MISC_SEL), (float *)(sm.misc + MISC_RV),
-                       (int *)(sm.misc + MISC_RI)};
+                       (int *)(sm.misc + MISC_RI), (unsigned *)(sm.misc + MISC_HIST2), (unsigned *)(sm.misc + MISC_LIST)};
     uint8_t *sets[2] = {sm.misc + MISC_OPS, sm.misc + MISC_OPS + 3 * 1024};
     int bk = 0, cur = 0;
     if (P.nops < 1) return;

@@ -41,7 +41,7 @@
 #define LT_ACC_SLOTS 32
 #define LT_RES_FLOATS 2048
 #define LT_ASUM_FLOATS 1024
-#define LT_MISC_BYTES 4096
+#define LT_MISC_BYTES 6144
 #define LT_PIECE_MAX (32 * 1024)
 #define LT_OPS_BYTES 8192   /* the op table, copied to shared memory at the start */
 #define LT_STEPS_BYTES 3072 /* this SM's steps (prelude and one pass) and its pieces' chunk ranges, likewise */
@@ -271,6 +271,8 @@ __device__ __forceinline__ lt_smem lt_S(void) {
     S.ss.sel = (int *)(m + 2048);
     S.ss.rv = (float *)(m + 2112);
     S.ss.ri = (int *)(m + 2240);
+    S.ss.hist2 = (unsigned *)(m + 4096);
+    S.ss.list = (unsigned *)(m + 5120);
     S.rsrc = (const u64 **)(m + 2560);
     S.rdst = (float **)(m + 2560 + LT_RUNS * 8);
     return S;
@@ -559,7 +561,20 @@ __device__ __forceinline__ int lt_linear(const lt_step st, int l, int v) {
         if (op.bias) asm volatile("prefetch.global.L1 [%0];" ::"l"(op.bias + st.u0 * 16 + tid));
         if (op.add) asm volatile("prefetch.global.L1 [%0];" ::"l"(op.add + st.u0 * 16 + tid));
     }
-    if (op.res) { /* the residual rows of this step's outputs (long published: one round trip) */
+    /* the residual rows of this step's outputs: published before this step's inputs, so their loads are issued
+     * now and checked after the input poll (one word per thread where they fit the compute threads) */
+    const int rnr = nu * 16;
+    const bool rfast = op.res && T * rnr <= LT_NC;
+    const u64 *ra = NULL;
+    u64 rw = 0;
+    if (rfast && tid < T * rnr) {
+        const int t = tid / rnr, r = tid - t * rnr;
+        if (st.u0 * 16 + r < w.N) {
+            ra = op.res + (size_t)t * op.ldr + st.u0 * 16 + r;
+            rw = lt_ld(ra);
+        }
+    }
+    if (op.res && !rfast) { /* the residual rows of this step's outputs (long published: one round trip) */
         const int nr = nu * 16;
         if (tid < T) {
             const int t = tid;
@@ -572,6 +587,12 @@ __device__ __forceinline__ int lt_linear(const lt_step st, int l, int v) {
         LT_PH(1);
     }
     if (op.whole) lt_stage(st.op, w.K, w.group, WM == WM_QINT, T, Pp, 0, KT, E);
+    if (ra) { /* read by the epilogue, after the barriers of the pieces below */
+        unsigned spins = 0;
+        u64 t0 = 0;
+        while ((unsigned)(rw >> 32) != E && !((++spins & 255u) == 0 && lt_give_up(P, t0))) rw = lt_ld(ra);
+        S.res[tid] = __uint_as_float((unsigned)rw);
+    }
     LT_MARK(0);
     /* The chunk partials of consecutive pieces collect in part (chunk-major) and are summed into acc in chunk
      * order once part is full and at the end (the same sums in the same order as one pass per piece); each warp
@@ -1015,14 +1036,16 @@ struct builder {
     std::vector<std::vector<lt_piece>> ppre, ppass;
     std::vector<double> load;
     int fail = 0;
+    int R = 0, Rs = 0; /* the last R SMs run no linear units: attention items and (the last Rs of them) sampling */
 
-    /* units of op `o` (U of them, each unit_bytes) over the SMs: U / G each, the remainder to the least loaded;
-     * contiguous ranges in SM order. Returns [G][2]. */
+    /* units of op `o` (U of them, each unit_bytes) over the G - R SMs that run linears: U / (G - R) each, the
+     * remainder to the least loaded; contiguous ranges in SM order. Returns [G][2]. */
     std::vector<std::pair<int, int>> split(int U, double unit_bytes) {
-        std::vector<int> cnt(G, U / G), order(G);
-        for (int i = 0; i < G; i++) order[i] = i;
+        const int GL = G - R;
+        std::vector<int> cnt(G, 0), order(GL);
+        for (int i = 0; i < GL; i++) cnt[i] = U / GL, order[i] = i;
         std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return load[a] < load[b]; });
-        for (int i = 0; i < U % G; i++) cnt[order[i]]++;
+        for (int i = 0; i < U % GL; i++) cnt[order[i]]++;
         std::vector<std::pair<int, int>> r(G);
         int cur = 0;
         for (int i = 0; i < G; i++) {
@@ -1146,6 +1169,13 @@ static dd_status build_plan(lt_exec *x, int variant, int n, dd_error *err) {
     b.ppre.resize(G);
     b.ppass.resize(G);
     b.load.assign(G, 0.0);
+    /* Attention items and samplers on SMs of their own when they fit in a quarter of the SMs: such an SM starts its
+     * item as soon as the inputs are published instead of after its own linear units, and runs the same few code
+     * paths every pass (H200, GPT dims bf16 B1: attention 5.2 instead of 7.4 us a layer on the critical path, the
+     * frame 3% faster; CSM dims 7% faster; docs/cuda_results.md 2026-12-04) */
+    b.Rs = n;
+    b.R = n + n * KV;
+    if (b.R > G / 4) b.R = b.Rs = 0;
     double kept = 0;
 
     /* the sample/gather op of level `level` (-1: the pass) */
@@ -1315,6 +1345,13 @@ static dd_status build_plan(lt_exec *x, int variant, int n, dd_error *err) {
                 return busy[a] != busy[c] ? busy[a] < busy[c] : b.load[a] < b.load[c];
             });
             ranges[k].assign(G, {0, 0});
+            if (b.R) { /* item i on a reserved SM of its own */
+                for (int i = 0; i < items; i++) {
+                    const int sm = o.kind == LT_SMP ? G - 1 - i : G - 1 - b.Rs - i;
+                    ranges[k][sm] = {i, i + 1};
+                }
+                continue;
+            }
             /* item i on SM ord[i % G]: contiguous item ranges per SM when items > G */
             std::vector<int> cnt(G, 0);
             for (int i = 0; i < items; i++) cnt[ord[i % G]]++;

@@ -18,6 +18,9 @@
  *   item1      one warp: one chunk (8 k-tiles x hi/lo = 16 dependent mma.sync) with A from shared memory
  *   item8      eight warps, one chunk each at once
  *   item_2x    one warp, two chunks interleaved (two independent accumulator chains)
+ *   sample     the executor's sampler (cu_sample_block over the 15 warps): V 2048, T 0.9, top-k 50, the Gumbel noise
+ *              precomputed (as lt_noise gives it), logits in shared memory
+ * Each phase's first repetition (its code and data cold) is printed beside the median of the others.
  *
  *   nvcc -O3 -std=c++17 -fmad=false -gencode=arch=compute_90a,code=sm_90a -I src -I include dev/cuda/derisk/stage.cu -o stage
  */
@@ -26,6 +29,7 @@
 #include <string.h>
 
 #include "cuda/cu_mma.cuh"
+#include "cuda/cu_sample.cuh"
 
 #define NC 480
 #define NW (NC / 32)
@@ -39,11 +43,135 @@ __device__ __forceinline__ u64 ld_relaxed(const u64 *p) {
     return v;
 }
 
-enum { PH_BAR, PH_POLL8, PH_STATS32, PH_TREE, PH_8W, PH_NORM1, PH_NORM3, PH_ITEM1, PH_ITEM8, PH_ITEM2X, NPH };
+enum { PH_BAR, PH_POLL8, PH_STATS32, PH_TREE, PH_8W, PH_NORM1, PH_NORM3, PH_ITEM1, PH_ITEM8, PH_ITEM2X, PH_SAMPLE, PH_SAMPLE_OLD, NPH };
 static const char *ph_name[NPH] = {"bar", "poll8", "stats32", "stats_tree", "stats_8w", "norm_u1", "norm_u3",
-                                   "item1", "item8", "item_2x"};
+                                   "item1", "item8", "item_2x", "sample", "sample_old"};
 
 __device__ volatile int g_stop;
+
+struct sbar { /* the sampler's barrier: the compute warps' named barrier, as lat.cu's lt_bar */
+    static constexpr int threads = NC;
+    static __device__ __forceinline__ void sync(void) { nbar(); }
+    static __device__ __forceinline__ int sync_or(int v) {
+        int r;
+        asm volatile("{ .reg .pred p, q; setp.ne.s32 p, %1, 0; bar.red.or.pred q, 1, %2, p; selp.s32 %0, 1, 0, q; }"
+                     : "=r"(r)
+                     : "r"(v), "n"(NC)
+                     : "memory");
+        return r;
+    }
+};
+#define SV 2048
+
+/* the sampler as it was before 2026-12-04 (4 passes of __match_any_sync-aggregated shared atomics, 4 barriers each),
+ * for comparison with cu_sample_block */
+template <class BAR = cu_bar_cta, class LD>
+static __device__ int old_sample_block(LD z, int V, float T, int Kt, uint64_t seed, uint64_t frame, int level,
+                               const cu_samp_smem &S, const float *gpre = NULL) {
+    const int tid = threadIdx.x;
+    int anyf = 0;
+    for (int i = tid; i < V; i += BAR::threads) anyf |= isfinite(z(i)) ? 1 : 0;
+    if (!BAR::sync_or(anyf)) return -1;
+    float bs = -INFINITY;
+    int bi = -1;
+    if (T == 0.0f) {
+        for (int i = tid; i < V; i += BAR::threads) {
+            float zi = z(i);
+            if (dd_logit_dead(zi)) continue;
+            cu_best(bs, bi, zi, i);
+        }
+        cu_block_best<BAR>(bs, bi, S);
+        return bi;
+    }
+    uint32_t thr = 0;
+    if (Kt > 0 && Kt < V) {
+        uint32_t prefix = 0, mask = 0, k = (uint32_t)Kt;
+#pragma unroll 1
+        for (int shift = 24; shift >= 0; shift -= 8) {
+            for (int b = tid; b < 256; b += BAR::threads) S.hist[b] = 0;
+            BAR::sync();
+            /* warp-aggregated: one shared atomic per distinct bucket per warp (logits crowd a few buckets) */
+#pragma unroll 1
+            for (int base = 0; base < V; base += BAR::threads) {
+                int i = base + tid;
+                uint32_t key = i < V ? dd_order_key(z(i)) : 0u;
+                int valid = i < V && (key & mask) == prefix;
+                unsigned b = valid ? (key >> shift) & 0xFFu : 256u + (tid & 31);
+                unsigned same = __match_any_sync(0xffffffffu, b);
+                if (valid && (tid & 31) == __ffs(same) - 1) atomicAdd(&S.hist[b], (unsigned)__popc(same));
+            }
+            BAR::sync();
+            if (tid < 32) {
+                /* lane l holds buckets 8l .. 8l+7; find the bucket holding the k-th largest, as sample.c's walk
+                 * from bucket 255 down does */
+                const int lane = tid;
+                uint32_t cnt = 0;
+                for (int j = 0; j < 8; j++) cnt += S.hist[8 * lane + j];
+                uint32_t suf = cnt; /* sum over lanes >= lane */
+                for (int o = 1; o < 32; o <<= 1) {
+                    uint32_t v = __shfl_down_sync(0xffffffffu, suf, o);
+                    if (lane + o < 32) suf += v;
+                }
+                unsigned ball = __ballot_sync(0xffffffffu, suf >= k);
+                int L = 31 - __clz(ball);
+                if (lane == L) {
+                    uint32_t kk = k - (suf - cnt);
+                    int b = 8 * L;
+                    for (int j = 7; j >= 0; j--) {
+                        b = 8 * L + j;
+                        if (j == 0 || S.hist[b] >= kk) break;
+                        kk -= S.hist[b];
+                    }
+                    S.sel[0] = b;
+                    S.sel[1] = (int)kk;
+                }
+            }
+            BAR::sync();
+            prefix |= (uint32_t)S.sel[0] << shift;
+            mask |= 0xFFu << shift;
+            k = (uint32_t)S.sel[1];
+            BAR::sync();
+        }
+        thr = prefix;
+    }
+    const float invT = dd_inv_temperature(T);
+    if (gpre) { /* the noise of every index computed before the logits arrived (the latency executor's lt_noise) */
+#pragma unroll 1
+        for (int i = tid; i < V; i += BAR::threads) {
+            const float zi = z(i);
+            if (dd_logit_dropped(zi, thr)) continue;
+            cu_best(bs, bi, dd_sample_score(zi, invT, gpre[i]), i);
+        }
+        cu_block_best<BAR>(bs, bi, S);
+        return bi;
+    }
+    /* compact on purpose (the kernel's code is fetched cold at every op): one Philox call per group of 4 with a
+     * candidate, one Gumbel evaluation per candidate */
+#pragma unroll 1
+    for (int i4 = tid; 4 * i4 < V; i4 += BAR::threads) {
+        unsigned cand = 0;
+        float zz[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int i = 4 * i4 + e;
+            zz[e] = i < V ? z(i) : NAN;
+            if (!dd_logit_dropped(zz[e], thr)) cand |= 1u << e;
+        }
+        if (!cand) continue;
+        uint32_t x[4];
+        dd_noise_words(seed, frame, level, (uint32_t)i4, x);
+#pragma unroll 1
+        for (int e = 0; e < 4; e++) {
+            if (!((cand >> e) & 1u)) continue;
+            uint32_t xe = e == 0 ? x[0] : e == 1 ? x[1] : e == 2 ? x[2] : x[3];
+            float ze = e == 0 ? zz[0] : e == 1 ? zz[1] : e == 2 ? zz[2] : zz[3];
+            cu_best(bs, bi, dd_sample_score(ze, invT, dd_gumbel_word(xe)), 4 * i4 + e);
+        }
+    }
+    cu_block_best<BAR>(bs, bi, S);
+    return bi;
+}
+
 
 /* one chunk: 8 k-tiles, per k-tile the hi then the lo term (cu_ktile's order), A fragments from shared memory */
 __device__ __forceinline__ void chunk(float (&d)[4], const uint4 *wt, const uint32_t *brow, int lane) {
@@ -65,6 +193,14 @@ __global__ void __launch_bounds__(512, 1) k_stage(const u64 *words, const float 
     float *red = (float *)(sm + 16384);              /* 8 x 32 */
     float *st = (float *)(sm + 16384 + 1024);        /* mean, rstd */
     uint4 *ring = (uint4 *)(sm + 32768);             /* 16 KB of weight fragments: 2 chunks x 8 tiles x 512 B */
+    float *zl = (float *)(sm + 49152), *gn = (float *)(sm + 57344); /* logits, noise */
+    cu_samp_smem ss;
+    ss.hist = (unsigned *)(sm + 65536);
+    ss.sel = (int *)(sm + 65536 + 1024);
+    ss.rv = (float *)(sm + 65536 + 1088);
+    ss.ri = (int *)(sm + 65536 + 1216);
+    ss.hist2 = (unsigned *)(sm + 65536 + 1536);
+    ss.list = (unsigned *)(sm + 65536 + 2560);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     if (blockIdx.x != 0) { /* the other SMs: idle, or spinning on L2 loads like waiting consumers */
         if (spin_others && tid < NC) {
@@ -78,6 +214,10 @@ __global__ void __launch_bounds__(512, 1) k_stage(const u64 *words, const float 
     if (tid >= NC) return;
     for (int i = tid; i < 1024; i += NC) ring[i] = make_uint4(dr_hash(4 * i), dr_hash(4 * i + 1), dr_hash(4 * i + 2) & 0x3F7F3F7Fu, dr_hash(4 * i + 3) & 0x3F7F3F7Fu);
     for (int i = tid; i < K; i += NC) pk[i] = cu_split_pack(0.001f * (float)(i % 97));
+    for (int i = tid; i < SV; i += NC) { /* logits ~ U(-8, 8), noise by SPEC 3's mapping */
+        zl[i] = -8.0f + 16.0f * (float)(dr_hash(7 * i + 1) >> 8) * (1.0f / 16777216.0f);
+        gn[i] = dd_gumbel_word(dr_hash(7 * i + 2));
+    }
     nbar();
     float keep = 0.0f;
     for (int rep = 0; rep < REPS; rep++) {
@@ -199,6 +339,14 @@ __global__ void __launch_bounds__(512, 1) k_stage(const u64 *words, const float 
                     keep += d[0] + e[3];
                 }
                 break;
+            case PH_SAMPLE:
+            case PH_SAMPLE_OLD: {
+                const int c = ph == PH_SAMPLE ? cu_sample_block<sbar>([zl](int i) { return zl[i]; }, SV, 0.9f, 50, 1, 2, 3, ss, gn)
+                                              : old_sample_block<sbar>([zl](int i) { return zl[i]; }, SV, 0.9f, 50, 1, 2, 3, ss, gn);
+                if (tid == 0) sink[2 + (ph - PH_SAMPLE)] = (float)c; /* the two must agree */
+                keep += (float)c;
+                break;
+            }
             }
             nbar();
             if (tid == 0) cyc[rep * NPH + ph] = (u64)(clock64() - t0);
@@ -229,7 +377,7 @@ int main(void) {
     CK(cudaMemcpy(words, hw.data(), K * 8, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(nw, hn.data(), K * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(nb, hb.data(), K * 4, cudaMemcpyHostToDevice));
-    const int smem = 49152;
+    const int smem = 65536 + 4096;
     CK(cudaFuncSetAttribute(k_stage, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     for (int spin = 0; spin < 2; spin++) {
         const int zero = 0;
@@ -242,11 +390,14 @@ int main(void) {
         for (int ph = 0; ph < NPH; ph++) {
             std::vector<double> v;
             for (int r = 2; r < REPS; r++) v.push_back((double)hc[r * NPH + ph]);
-            const double med = dr_median(v);
-            printf("RESULT stage | %-10s | other SMs %-8s | %7.0f cycles | %6.3f us\n", ph_name[ph], spin ? "spinning" : "idle",
-                   med, med / mhz);
+            const double med = dr_median(v), c0 = (double)hc[ph];
+            printf("RESULT stage | %-10s | other SMs %-8s | %7.0f cycles | %6.3f us | first (cold) %6.3f us\n", ph_name[ph],
+                   spin ? "spinning" : "idle", med, med / mhz, c0 / mhz);
         }
     }
+    float hs[4];
+    CK(cudaMemcpy(hs, sink, sizeof hs, cudaMemcpyDeviceToHost));
+    printf("RESULT stage | sampler codes: new %d, old %d (%s)\n", (int)hs[2], (int)hs[3], hs[2] == hs[3] ? "equal" : "DIFFERENT");
     printf("SUMMARY stage: phase costs measured (cycles at %.0f MHz)\n", mhz);
     return 0;
 }
