@@ -441,12 +441,11 @@ static void test_big_models(void **state) {
     }
 }
 
-/* ---- the Qwen3 block (q/k norms, in_proj with bias) on a synthetic model, every variant but CUDA's ---------- */
+/* ---- the Qwen3 block (q/k norms, in_proj with bias) on a synthetic model, every variant ---------------------- */
 
 /* tiny-qwen3 in every weight type: teacher-forced logits of each variant within TH_LOGIT_REL of ref; sampled
  * codes (T 0.9 / top-k 50, c0 sampled by its head0 and given) identical to ref on >= 99.9 % of (stream, level)
- * pairs; each stream's codes and (exact variants) logits the same alone and in the batch of 64. The CUDA backend
- * refuses q/k-norm models (issue 17): its variants are skipped, by name. */
+ * pairs; each stream's codes and (exact variants) logits the same alone and in the batch of 64. */
 static void test_qwen3_vs_ref(void **state) {
     (void)state;
     const int n = 64;
@@ -469,11 +468,6 @@ static void test_qwen3_vs_ref(void **state) {
         decode_ok(ref, n / 2, h, c0, seeds, frames, &smp, cr + (size_t)n / 2 * Q); /* c0 given: rows 32.. */
         dd_decoder_free(ref);
         for (int v = 0; v < g_nvar; v++) {
-            if (g_var[v].row->info.id == DD_BACKEND_CUDA) {
-                printf("  tiny-qwen3 %-5s %-10s skipped: the cuda backend refuses q/k-norm models (issue 17)\n",
-                       dd_dtype_name(all_types[t]), g_var[v].name);
-                continue;
-            }
             const int exact = g_var[v].row->test.exact_logits;
             dd_decoder *d = th_decoder(m, VAR(v), n, 0);
             th_poison(lx, nl);

@@ -189,7 +189,7 @@ static void test_attend(void **state) {
         int T = 1 + rnd_below(ci % 5 == 0 ? 32 : 3), p0 = rnd_below(33 - T);
         if (ci == 1) T = 32, p0 = 32; /* 64 keys: the most a frame can have (DD_MAX_LEVELS) */
         th_attend A;
-        th_attend_make(&A, T, p0, H, KV, HD, rope, ci % 2 ? 500000.0 : 10000.0);
+        th_attend_make_qk(&A, T, p0, H, KV, HD, rope, ci % 2 ? 500000.0 : 10000.0, ci % 3 == 2); /* Qwen3 q/k norms */
         float *out = malloc((size_t)T * H * HD * 4), *kc = malloc((size_t)A.Q * A.kvw * 4),
               *vc = malloc((size_t)A.Q * A.kvw * 4);
         assert_true(out && kc && vc);
@@ -468,6 +468,10 @@ static void test_executors(void **state) {
                 if (g_quick >= 2 && (types[t] != (k ? DD_Q4 : DD_BF16) || i == 2)) continue;
                 executors(k ? "tiny-llama" : "tiny-gpt", types[t], ns[i]);
             }
+    /* Qwen3's block (q/k norms before RoPE, in_proj with bias): both executors bit-identical */
+    executors("tiny-qwen3", DD_BF16, 1);
+    executors("tiny-qwen3", DD_Q8, 3);
+    if (g_quick < 2) executors("tiny-qwen3", DD_Q4, 8);
     if (g_quick) return;
     executors("gpt", DD_BF16, 1);
     executors("gpt", DD_BF16, 8);

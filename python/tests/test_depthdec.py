@@ -554,7 +554,7 @@ def test_qwen3_predictors(name):
     assert c["has_qk_norm"] is True and c["has_head0"] is False
     h, codes, greedy = fixture(name, "hidden"), fixture(name, "codes"), fixture(name, "greedy")
     ref = fixture(name, "logits")
-    for b in ["ref", "auto"] + [x for x in depthdec.available_backends() if x not in ("ref", "cuda")]:
+    for b in ["ref", "auto"] + [x for x in depthdec.available_backends() if x != "ref"]:
         d = depthdec.Decoder(m, backend=b)
         logits, logits0 = d.score(h, codes)
         assert logits0 is None

@@ -154,6 +154,9 @@ static void build(cu_state *st, const dd_model *m, int variant, prog *p) {
             A->KVH = KV;
             A->HD = HD;
             A->rope = st->rope;
+            A->qn = st->qn[li];
+            A->kn = st->kn[li];
+            A->qk_eps = eps;
             push_lin(p, &st->wo[li], st->bo[li], NULL, DD_NORM_NONE, NULL, NULL, eps, DD_ACT_NONE, st->att, aw, st->x,
                      D, st->x, D, NULL, 0, P, 1);
             push_lin(p, &st->fc1[li], st->b1[li], NULL, nrm, st->n2w[li], st->n2b[li], eps,
@@ -205,7 +208,7 @@ static dd_status upload_weights(cu_state *st, const dd_model *m, dd_error *err) 
     void ***A = &st->allocs;
     int *NA = &st->nallocs;
     st->qkv = (cu_mat *)calloc((size_t)L * 4 + Q, sizeof(cu_mat));
-    st->bqkv = (float **)calloc((size_t)L * 8, sizeof(float *));
+    st->bqkv = (float **)calloc((size_t)L * 10, sizeof(float *));
     if (!st->qkv || !st->bqkv) return dd_fail(err, DD_ENOMEM, "backend cuda: out of memory");
     st->wo = st->qkv + L;
     st->fc1 = st->wo + L;
@@ -218,6 +221,8 @@ static dd_status upload_weights(cu_state *st, const dd_model *m, dd_error *err) 
     st->n1b = st->n1w + L;
     st->n2w = st->n1b + L;
     st->n2b = st->n2w + L;
+    st->qn = st->n2b + L;
+    st->kn = st->qn + L;
     float *tmp = (float *)calloc((size_t)qw, sizeof(float));
     if (!tmp) return dd_fail(err, DD_ENOMEM, "backend cuda: out of memory");
     for (int li = 0; li < L && !s; li++) {
@@ -242,7 +247,9 @@ static dd_status upload_weights(cu_state *st, const dd_model *m, dd_error *err) 
             (s = cu_upload_f32(&st->n1w[li], l->norm1_w, D, A, NA, err)) ||
             (s = cu_upload_f32(&st->n1b[li], l->norm1_b, D, A, NA, err)) ||
             (s = cu_upload_f32(&st->n2w[li], l->norm2_w, D, A, NA, err)) ||
-            (s = cu_upload_f32(&st->n2b[li], l->norm2_b, D, A, NA, err)))
+            (s = cu_upload_f32(&st->n2b[li], l->norm2_b, D, A, NA, err)) ||
+            (s = cu_upload_f32(&st->qn[li], l->q_norm, HD, A, NA, err)) ||
+            (s = cu_upload_f32(&st->kn[li], l->k_norm, HD, A, NA, err)))
             break;
     }
     free(tmp);
@@ -319,8 +326,6 @@ static dd_status cuda_init(dd_decoder *d, dd_error *err) {
     d->impl = st;
     if (c->levels > 64 || c->heads > 256)
         return dd_fail(err, DD_EUNSUPPORTED, "backend cuda: more than 64 levels or 256 heads");
-    if (c->has_qk_norm) /* issue 17: the q/k norms are not in the CUDA kernels yet (ref and cpu run these models) */
-        return dd_fail(err, DD_EUNSUPPORTED, "backend cuda: Qwen3 q/k norms are not implemented on CUDA yet (use --backend cpu)");
     const int B = d->max_batch, D = c->dim, I = c->input_dim, H = c->heads, KV = c->kv_heads, HD = c->head_dim,
               F = c->ffn_dim, V = c->codebook_size, Q = c->levels, L = c->layers;
     st->B = B;

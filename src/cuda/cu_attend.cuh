@@ -20,6 +20,55 @@ __device__ __forceinline__ void cu_rope_pair(const double *cs, int HD, int p, in
     o1 = (float)(e + f);
 }
 
+/* Qwen3's per-head q/k norm of one head row, one warp: dst[d] = (v[d] * inv) * w[d], inv = 1 / sqrt(mean v^2 + eps),
+ * the sum of squares lane-strided (d = lane + 32 i, in order) then a fixed xor tree. ld(d) reads v (global or shared
+ * memory); dst may be the row itself (each lane writes only what it read). Every CUDA path calls this, so both
+ * executors normalise bit-identically. */
+template <class LD>
+__device__ __forceinline__ void cu_qk_norm(LD ld, float *dst, int HD, const float *w, float eps, int lane) {
+    float ss = 0.0f;
+    for (int d = lane; d < HD; d += 32) {
+        const float v = ld(d);
+        ss = ss + v * v;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float inv = 1.0f / sqrtf(ss / (float)HD + eps);
+    for (int d = lane; d < HD; d += 32) dst[d] = (ld(d) * inv) * __ldg(w + d);
+}
+
+/* a head row with the q/k norm applied when nw, RoPE'd for position p when the model has RoPE, into dst (warp
+ * scratch or the cache); src in global memory */
+__device__ __forceinline__ void cu_norm_rot_row(const cu_attend &A, const float *src, const float *nw, int p, float *dst,
+                                                int lane) {
+    const int HD = A.HD, half = HD / 2;
+    if (!nw) {
+        if (A.rope) {
+            for (int j = lane; j < half; j += 32) {
+                float o0, o1;
+                cu_rope_pair(A.rope, HD, p, j, __ldcg(src + j), __ldcg(src + j + half), o0, o1);
+                dst[j] = o0;
+                dst[j + half] = o1;
+            }
+            for (int d = 2 * half + lane; d < HD; d += 32) dst[d] = __ldcg(src + d);
+        } else {
+            for (int d = lane; d < HD; d += 32) dst[d] = __ldcg(src + d);
+        }
+        return;
+    }
+    cu_qk_norm([&](int d) { return __ldcg(src + d); }, dst, HD, nw, A.qk_eps, lane);
+    __syncwarp();
+    if (A.rope) {
+        for (int j = lane; j < half; j += 32) { /* lane j owns the pair (j, j + half): in place */
+            float o0, o1;
+            cu_rope_pair(A.rope, HD, p, j, dst[j], dst[j + half], o0, o1);
+            dst[j] = o0;
+            dst[j + half] = o1;
+        }
+    }
+    __syncwarp();
+}
+
 /* append k, v of token (s, i) for kv head kh into the cache (one warp) */
 __device__ __forceinline__ void cu_append_kv(const cu_attend &A, int s, int i, int kh, int lane) {
     const int HD = A.HD, kvw = A.KVH * HD, qw = (A.H + 2 * A.KVH) * HD;
@@ -28,18 +77,7 @@ __device__ __forceinline__ void cu_append_kv(const cu_attend &A, int s, int i, i
     const float *vin = A.qkv + (size_t)t * qw + (size_t)(A.H + A.KVH + kh) * HD;
     float *kd = A.kc + (size_t)s * A.cstride + (size_t)p * kvw + (size_t)kh * HD;
     float *vd = A.vc + (size_t)s * A.cstride + (size_t)p * kvw + (size_t)kh * HD;
-    const int half = HD / 2;
-    if (A.rope) {
-        for (int j = lane; j < half; j += 32) {
-            float o0, o1;
-            cu_rope_pair(A.rope, HD, p, j, __ldcg(kin + j), __ldcg(kin + j + half), o0, o1);
-            kd[j] = o0;
-            kd[j + half] = o1;
-        }
-        for (int d = 2 * half + lane; d < HD; d += 32) kd[d] = __ldcg(kin + d);
-    } else {
-        for (int d = lane; d < HD; d += 32) kd[d] = __ldcg(kin + d);
-    }
+    cu_norm_rot_row(A, kin, A.kn, p, kd, lane);
     for (int d = lane; d < HD; d += 32) vd[d] = __ldcg(vin + d);
 }
 
@@ -55,20 +93,10 @@ __device__ __forceinline__ float cu_ldk(const float *p) {
 template <bool SM>
 static __device__ __noinline__ void cu_attend_query(const cu_attend &A, int s, int i, int h, const float *kb,
                                              const float *vb, int kst, float *sq, int lane) {
-    const int HD = A.HD, qw = (A.H + 2 * A.KVH) * HD, half = HD / 2;
+    const int HD = A.HD, qw = (A.H + 2 * A.KVH) * HD;
     const int t = s * A.P + i, p = A.p0 + i;
     const float *qin = A.qkv + (size_t)t * qw + (size_t)h * HD;
-    if (A.rope) {
-        for (int j = lane; j < half; j += 32) {
-            float o0, o1;
-            cu_rope_pair(A.rope, HD, p, j, __ldcg(qin + j), __ldcg(qin + j + half), o0, o1);
-            sq[j] = o0;
-            sq[j + half] = o1;
-        }
-        for (int d = 2 * half + lane; d < HD; d += 32) sq[d] = __ldcg(qin + d);
-    } else {
-        for (int d = lane; d < HD; d += 32) sq[d] = __ldcg(qin + d);
-    }
+    cu_norm_rot_row(A, qin, A.qn, p, sq, lane);
     __syncwarp();
     const int nk = p + 1; /* keys 0..p, at most DD_MAX_LEVELS = 64: two per lane */
     const float scale = sqrtf((float)HD);
@@ -121,23 +149,6 @@ static __device__ __noinline__ void cu_attend_query(const cu_attend &A, int s, i
 
 /* ---- the fast schedule: one warp per query, every load of a stage in flight at once ------------------------ */
 
-/* rotated (when the model has RoPE) copy of one head row src (HD floats, global) for position p into dst (warp
- * scratch), lanes over pairs */
-__device__ __forceinline__ void cu_rot_row(const cu_attend &A, const float *src, int p, float *dst, int lane) {
-    const int HD = A.HD, half = HD / 2;
-    if (A.rope) {
-        for (int j = lane; j < half; j += 32) {
-            float o0, o1;
-            cu_rope_pair(A.rope, HD, p, j, __ldcg(src + j), __ldcg(src + j + half), o0, o1);
-            dst[j] = o0;
-            dst[j + half] = o1;
-        }
-        for (int d = 2 * half + lane; d < HD; d += 32) dst[d] = __ldcg(src + d);
-    } else {
-        for (int d = lane; d < HD; d += 32) dst[d] = __ldcg(src + d);
-    }
-}
-
 /* warp scratch (floats) the fast schedule needs: the rotated query and this pass's rotated keys */
 __host__ __device__ static inline int cu_attend_fast_floats(const cu_attend *A) { return (1 + A->P) * A->HD; }
 __host__ __device__ static inline int cu_attend_fast_ok(const cu_attend *A) {
@@ -155,8 +166,9 @@ static __device__ __noinline__ void cu_attend_fast(const cu_attend &A, int s, in
     const int p0 = A.p0, p = p0 + i, nk = p + 1;
     const float *tok0 = A.qkv + (size_t)s * A.P * qw; /* token (s, 0) */
     float *sq = ws, *skn = ws + HD;
-    cu_rot_row(A, tok0 + (size_t)i * qw + (size_t)h * HD, p, sq, lane);
-    for (int r = 0; r <= i; r++) cu_rot_row(A, tok0 + (size_t)r * qw + (size_t)(A.H + kh) * HD, p0 + r, skn + r * HD, lane);
+    cu_norm_rot_row(A, tok0 + (size_t)i * qw + (size_t)h * HD, A.qn, p, sq, lane);
+    for (int r = 0; r <= i; r++)
+        cu_norm_rot_row(A, tok0 + (size_t)r * qw + (size_t)(A.H + kh) * HD, A.kn, p0 + r, skn + r * HD, lane);
     __syncwarp();
     const float *kc = A.kc + (size_t)s * A.cstride + (size_t)kh * HD;
     const float *vc = A.vc + (size_t)s * A.cstride + (size_t)kh * HD;

@@ -124,6 +124,8 @@ typedef struct cu_attend {
     size_t cstride;
     int P, p0, H, KVH, HD;
     const double *rope; /* [Qmax][HD/2][2] cos, sin (double), or NULL */
+    const float *qn, *kn; /* Qwen3: per-head RMSNorm weights [HD] of q and k (before RoPE), or NULL */
+    float qk_eps;
 } cu_attend;
 
 typedef struct cu_sample {

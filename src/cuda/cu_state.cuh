@@ -18,6 +18,7 @@ typedef struct cu_state {
     cu_mat head0, in_proj, *qkv, *wo, *fc1, *fc2, *heads;
     float *in_bias, *pos, *norm_w, *norm_b;
     float **bqkv, **bo, **b1, **b2, **n1w, **n1b, **n2w, **n2b;
+    float **qn, **kn; /* Qwen3: per-layer q/k norm weights [HD], NULL otherwise */
     cu_raw table; /* gather table of code embeddings: native embed, or CSM in(table) (float32) */
     double *rope;
     /* activations */

@@ -160,8 +160,6 @@ extern "C" dd_status dd_cuda_attend_host(const dd_attend_args *a, dd_error *err)
         a->KVH < 1 || a->HD < 1 || a->H % a->KVH || a->p0 + a->P > DD_MAX_LEVELS || a->HD > DD_MAX_HEAD_DIM ||
         a->ldo != a->H * a->HD || a->ldq != (a->H + 2 * a->KVH) * a->HD)
         return dd_fail(err, DD_EINVAL, "dd_cuda_attend_host: bad arguments");
-    if (a->q_norm || a->k_norm) /* issue 17: dev/cuda/qwen3_qknorm.patch, not yet run on a device */
-        return dd_fail(err, DD_EUNSUPPORTED, "backend cuda: Qwen3 q/k norms are not implemented on CUDA yet");
     if (!dd_cuda_device_present()) return dd_fail(err, DD_EUNSUPPORTED, "backend cuda: no CUDA device is available");
     const int T = a->P, Q = a->p0 + a->P, kvw = a->KVH * a->HD, qw = (a->H + 2 * a->KVH) * a->HD;
     host_job j;
@@ -187,6 +185,9 @@ extern "C" dd_status dd_cuda_attend_host(const dd_attend_args *a, dd_error *err)
     void *d;
     if (cs && !(s = up(&j, &d, cs, (size_t)Q * half * 2 * sizeof(double), err))) A.rope = (const double *)d;
     free(cs);
+    if (!s && a->q_norm && !(s = up(&j, &d, a->q_norm, (size_t)a->HD * 4, err))) A.qn = (const float *)d;
+    if (!s && a->k_norm && !(s = up(&j, &d, a->k_norm, (size_t)a->HD * 4, err))) A.kn = (const float *)d;
+    A.qk_eps = a->qk_eps;
     if (!s && !(s = up(&j, &d, a->qkv, (size_t)T * qw * 4, err))) A.qkv = (const float *)d;
     if (!s && !(s = up(&j, &d, a->kcache, (size_t)Q * kvw * 4, err))) A.kc = (float *)d;
     if (!s && !(s = up(&j, &d, a->vcache, (size_t)Q * kvw * 4, err))) A.vc = (float *)d;

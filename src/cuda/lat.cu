@@ -85,6 +85,8 @@ typedef struct lt_op {
             size_t cstride;
             int H, KVH, HD;
             const double *rope;
+            const float *qn, *kn; /* Qwen3's q/k norm weights [HD], or NULL */
+            float qk_eps;
         };
         struct { /* sample (or take the given code) and gather the next input row into out */
             int V, level; /* level < 0: the pass index */
@@ -734,7 +736,16 @@ __device__ __forceinline__ void lt_attend(const lt_step st, int l) {
         LT_MARK(0);
         LT_MARK(1);
         LT_PH(2);
-        if (op.rope) { /* q rows (position p0 + i), then the new k rows, rotated in place as cu_rot_row does */
+        if (op.qn) { /* Qwen3: each q row and new k row RMS-normed in place first, one warp a row (cu_qk_norm) */
+            const int rows = Pp * G + Pp;
+#pragma unroll 1
+            for (int r = warp; r < rows; r += LT_NW) {
+                float *row = r < Pp * G ? SQ + (size_t)r * HD : SKN + (size_t)(r - Pp * G) * HDP;
+                cu_qk_norm([row](int d) { return row[d]; }, row, HD, r < Pp * G ? op.qn : op.kn, op.qk_eps, lane);
+            }
+            lt_bar::sync();
+        }
+        if (op.rope) { /* q rows (position p0 + i), then the new k rows, rotated in place as cu_norm_rot_row does */
             const int rows = Pp * G + Pp;
 #pragma unroll 1
             for (int idx = tid; idx < rows * half; idx += LT_NC) {
@@ -1260,6 +1271,9 @@ static dd_status build_plan(lt_exec *x, int variant, int n, dd_error *err) {
         a.KVH = KV;
         a.HD = HD;
         a.rope = st->rope;
+        a.qn = st->qn[li];
+        a.kn = st->kn[li];
+        a.qk_eps = eps;
         pass_ops.push_back(b.add_op(a));
         lt_op o = lin_op(st->wo[li], st->bo[li], DD_NORM_NONE, NULL, NULL, eps, DD_ACT_NONE, x->att[li], x->lda_, 0,
                          x->xa[li], x->ldx);
