@@ -41,7 +41,7 @@ CUDA_HOME ?= /usr/local/cuda
 CU_SRC    := $(wildcard src/cuda/*.cu)
 CU_OBJ    := $(CU_SRC:src/cuda/%.cu=$(BUILD)/cuobj/%.o)
 LIB_OBJ   += $(CU_OBJ)
-override CFLAGS += -DDD_WITH_CUDA=1
+override CFLAGS += -DDD_WITH_CUDA=1 -I$(CUDA_HOME)/include
 LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart -lstdc++
 NVFLAGS   ?= -O3 -arch=$(CUDA_ARCH) -Xcompiler -fPIC -Iinclude -Isrc -fmad=false --std=c++17
 endif
