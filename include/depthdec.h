@@ -226,7 +226,9 @@ DD_API dd_sampling dd_sampling_default(void); /* T 0.9, K 50 (CSM's) */
  *   seeds   [n], frames [n]: the noise keys of each stream (NULL = all 0)
  *   codes   [n, levels] out: c0 .. c(Q-1)
  * Inputs are checked before any work; on error nothing is written to `codes`. A stream's codes depend only on
- * (model, its hidden, c0, seed, frame, sampling): not on n, its row, the backend or the thread count. */
+ * (model, its hidden, c0, seed, frame, sampling): not on n, its row, the backend or the thread count. On a cuda
+ * decoder that has taken a dd_decode_device/dd_score_device call, dd_decode and dd_score first wait for the device
+ * and return a pending device-detected error of those calls (see dd_decoder_sync) instead of running. */
 DD_API dd_status dd_decode(dd_decoder *d, int n, const float *hidden, const int32_t *c0, const uint64_t *seeds,
                            const uint64_t *frames, const dd_sampling *s, int32_t *codes, dd_error *err);
 
