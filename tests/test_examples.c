@@ -21,17 +21,22 @@ static void example_path(char *buf, size_t cap, const char *name) {
     snprintf(buf, cap, "%.*s/examples/%s", dl, slash ? cli : ".", name);
 }
 
-static void test_host_api(void **state) {
-    char path[512], out[8192];
-    example_path(path, sizeof path, "host_api");
+/* run examples/<name> with its output into out; returns its exit status */
+static int run_example(const char *path, char *out, size_t cap) {
     FILE *p = popen(path, "r");
     assert_non_null(p);
-    size_t n = fread(out, 1, sizeof out - 1, p);
+    size_t n = fread(out, 1, cap - 1, p);
     out[n] = 0;
     int st = pclose(p);
     print_message("%s", out);
     assert_true(WIFEXITED(st));
-    assert_int_equal(WEXITSTATUS(st), 0);
+    return WEXITSTATUS(st);
+}
+
+static void test_host_api(void **state) {
+    char path[512], out[8192];
+    example_path(path, sizeof path, "host_api");
+    assert_int_equal(run_example(path, out, sizeof out), 0);
     assert_non_null(strstr(out, "model: tensors, Q 4, V 16, input_dim 24, dim 16, 1 layer(s), 14 tensors"));
     assert_non_null(strstr(out, "stream 13 frame 0: greedy"));
     assert_non_null(strstr(out, "score argmax = greedy codes: ok"));
@@ -46,19 +51,13 @@ static void test_device_api(void **state) {
         skip();
         return;
     }
-    FILE *p = popen(path, "r");
-    assert_non_null(p);
-    size_t n = fread(out, 1, sizeof out - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    print_message("%s", out);
-    assert_true(WIFEXITED(st));
-    if (WEXITSTATUS(st) == 2) {
+    int st = run_example(path, out, sizeof out);
+    if (st == 2) {
         printf("skipped: no CUDA device\n");
         skip();
         return;
     }
-    assert_int_equal(WEXITSTATUS(st), 0);
+    assert_int_equal(st, 0);
     assert_non_null(strstr(out, "device codes = host codes: ok"));
     assert_non_null(strstr(out, "device logits = host logits (bits): ok"));
     assert_non_null(strstr(out, "graph replays = host codes: ok"));

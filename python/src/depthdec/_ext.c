@@ -409,6 +409,60 @@ static PyObject *raise_rows(const dd_error *e, Py_ssize_t r, int k, Py_ssize_t n
     return raise_status(e->code, msg);
 }
 
+/* The arrays of one decode or score call (host or device memory), and one batch of it: rows [r, r + k). */
+struct call {
+    struct py_decoder *pd;
+    int device; /* dd_*_device on `stream` */
+    void *stream;
+    const float *h;
+    const int32_t *codes; /* c0 [n] (decode) or codes [n, Q] (score) */
+    const uint64_t *seeds, *frames;
+    dd_sampling sp;
+    int32_t *out;
+    float *lg, *l0;
+};
+
+static dd_status decode_rows(const struct call *a, Py_ssize_t r, int k, dd_error *e) {
+    const dd_config *c = a->pd->cfg;
+    const float *h = a->h + r * c->input_dim;
+    const int32_t *c0 = a->codes ? a->codes + r : NULL;
+    int32_t *out = a->out + r * c->levels;
+    if (a->device)
+        return dd_decode_device(a->pd->d, k, h, c0, a->seeds + r, a->frames + r, &a->sp, out, a->stream, e);
+    return dd_decode(a->pd->d, k, h, c0, a->seeds + r, a->frames + r, &a->sp, out, e);
+}
+
+static dd_status score_rows(const struct call *a, Py_ssize_t r, int k, dd_error *e) {
+    const dd_config *c = a->pd->cfg;
+    const Py_ssize_t Q = c->levels, V = c->codebook_size;
+    const float *h = a->h + r * c->input_dim;
+    float *lg = a->lg + r * (Q - 1) * V, *l0 = a->l0 ? a->l0 + r * V : NULL;
+    if (a->device) return dd_score_device(a->pd->d, k, h, a->codes + r * Q, lg, l0, a->stream, e);
+    return dd_score(a->pd->d, k, h, a->codes + r * Q, lg, l0, e);
+}
+
+/* Rows [0, n) in batches of at most max_batch with the GIL released; 0, or -1 with the error raised (naming the
+ * caller's rows). */
+static int run_rows(const struct call *a, Py_ssize_t n,
+                    dd_status (*rows)(const struct call *, Py_ssize_t, int, dd_error *)) {
+    const int batch = dd_decoder_max_batch(a->pd->d);
+    dd_error e = {0};
+    dd_status st = DD_OK;
+    Py_ssize_t r = 0;
+    int k = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (; r < n; r += k) {
+        k = (int)(n - r < batch ? n - r : batch);
+        if ((st = rows(a, r, k, &e))) break;
+    }
+    Py_END_ALLOW_THREADS
+    if (st) {
+        raise_rows(&e, r, k, n);
+        return -1;
+    }
+    return 0;
+}
+
 /* decode(dec, n, hidden f32[n*I], c0 i32[n] | None, seeds u64[n], frames u64[n], temperature, top_k,
  *        codes_out i32[n*Q]) -> None. Rows are split into batches of max_batch; the GIL is released meanwhile. */
 static PyObject *decode(PyObject *self, PyObject *args) {
@@ -431,23 +485,9 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     if (get_buf(fo, &f, n, 8, 0, "frames") < 0) goto rel_s;
     if (get_buf(outo, &out, n * c->levels, 4, 1, "codes") < 0) goto rel_f;
     {
-        dd_sampling sp = {.temperature = temperature, .top_k = top_k};
-        int batch = dd_decoder_max_batch(pd->d);
-        dd_error e = {0};
-        dd_status st = DD_OK;
-        Py_ssize_t r = 0;
-        int k = 0;
-        Py_BEGIN_ALLOW_THREADS
-        for (; r < n; r += k) {
-            k = (int)(n - r < batch ? n - r : batch);
-            st = dd_decode(pd->d, k, (const float *)h.buf + r * c->input_dim,
-                           have_c0 ? (const int32_t *)c0.buf + r : NULL, (const uint64_t *)s.buf + r,
-                           (const uint64_t *)f.buf + r, &sp, (int32_t *)out.buf + r * c->levels, &e);
-            if (st) break;
-        }
-        Py_END_ALLOW_THREADS
-        if (st) raise_rows(&e, r, k, n);
-        else ok = 1;
+        struct call a = {.pd = pd, .h = h.buf, .codes = have_c0 ? c0.buf : NULL, .seeds = s.buf, .frames = f.buf,
+                         .sp = {.temperature = temperature, .top_k = top_k}, .out = out.buf};
+        ok = run_rows(&a, n, decode_rows) == 0;
     }
     PyBuffer_Release(&out);
 rel_f:
@@ -480,21 +520,8 @@ static PyObject *score(PyObject *self, PyObject *args) {
     if (get_buf(lo, &lg, n * (Q - 1) * V, 4, 1, "logits") < 0) goto rel_c;
     if (have_l0 && get_buf(l0o, &l0, n * V, 4, 1, "logits0") < 0) goto rel_lg;
     {
-        int batch = dd_decoder_max_batch(pd->d);
-        dd_error e = {0};
-        dd_status st = DD_OK;
-        Py_ssize_t r = 0;
-        int k = 0;
-        Py_BEGIN_ALLOW_THREADS
-        for (; r < n; r += k) {
-            k = (int)(n - r < batch ? n - r : batch);
-            st = dd_score(pd->d, k, (const float *)h.buf + r * c->input_dim, (const int32_t *)codes.buf + r * Q,
-                          (float *)lg.buf + r * (Q - 1) * V, have_l0 ? (float *)l0.buf + r * V : NULL, &e);
-            if (st) break;
-        }
-        Py_END_ALLOW_THREADS
-        if (st) raise_rows(&e, r, k, n);
-        else ok = 1;
+        struct call a = {.pd = pd, .h = h.buf, .codes = codes.buf, .lg = lg.buf, .l0 = have_l0 ? l0.buf : NULL};
+        ok = run_rows(&a, n, score_rows) == 0;
     }
     if (have_l0) PyBuffer_Release(&l0);
 rel_lg:
@@ -599,21 +626,9 @@ static PyObject *decode_device(PyObject *self, PyObject *args) {
         !(sd = dl_pointer(so, "seeds", -1, 64, n, dev)) || !(fr = dl_pointer(fo, "frames", -1, 64, n, dev)) ||
         !(out = dl_pointer(outo, "codes", 0, 32, n * c->levels, dev)))
         return NULL;
-    dd_sampling sp = {.temperature = temperature, .top_k = top_k};
-    int batch = dd_decoder_max_batch(pd->d);
-    dd_error e = {0};
-    dd_status st = DD_OK;
-    Py_ssize_t r = 0;
-    int k = 0;
-    Py_BEGIN_ALLOW_THREADS
-    for (; r < n; r += k) {
-        k = (int)(n - r < batch ? n - r : batch);
-        st = dd_decode_device(pd->d, k, h + r * c->input_dim, c0 ? c0 + r : NULL, sd + r, fr + r, &sp,
-                              out + r * c->levels, stream, &e);
-        if (st) break;
-    }
-    Py_END_ALLOW_THREADS
-    if (st) return raise_rows(&e, r, k, n);
+    struct call a = {.pd = pd, .device = 1, .stream = stream, .h = h, .codes = c0, .seeds = sd, .frames = fr,
+                     .sp = {.temperature = temperature, .top_k = top_k}, .out = out};
+    if (run_rows(&a, n, decode_rows)) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -640,20 +655,8 @@ static PyObject *score_device(PyObject *self, PyObject *args) {
         !(lg = dl_pointer(lo, "logits", 2, 32, n * (Q - 1) * V, dev)) ||
         (l0o != Py_None && !(l0 = dl_pointer(l0o, "logits0", 2, 32, n * V, dev))))
         return NULL;
-    int batch = dd_decoder_max_batch(pd->d);
-    dd_error e = {0};
-    dd_status st = DD_OK;
-    Py_ssize_t r = 0;
-    int k = 0;
-    Py_BEGIN_ALLOW_THREADS
-    for (; r < n; r += k) {
-        k = (int)(n - r < batch ? n - r : batch);
-        st = dd_score_device(pd->d, k, h + r * c->input_dim, codes + r * Q, lg + r * (Q - 1) * V,
-                             l0 ? l0 + r * V : NULL, stream, &e);
-        if (st) break;
-    }
-    Py_END_ALLOW_THREADS
-    if (st) return raise_rows(&e, r, k, n);
+    struct call a = {.pd = pd, .device = 1, .stream = stream, .h = h, .codes = codes, .lg = lg, .l0 = l0};
+    if (run_rows(&a, n, score_rows)) return NULL;
     Py_RETURN_NONE;
 }
 
