@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import depthdec
+from test_interop import inputs  # the same random hidden states and codes
 
 try:
     import torch
@@ -41,13 +42,6 @@ def rng():
 @pytest.fixture(scope="module", params=["tiny-gpt", "tiny-llama"])
 def model(request):
     return depthdec.Model.synthetic(request.param, "bf16", seed=11)
-
-
-def inputs(rng, model, n):
-    c = model.config
-    h = rng.standard_normal((n, c["input_dim"])).astype(np.float32)
-    codes = rng.integers(0, c["codebook_size"], size=(n, c["levels"]), dtype=np.int32)
-    return h, codes
 
 
 def same_bits(a, b):

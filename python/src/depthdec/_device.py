@@ -117,12 +117,18 @@ def _keys(torch, x, name, n, dev, consecutive):
 
 class _Stream:
     """The stream the call runs on (the caller's `stream`, else torch's current stream of the device), made current
-    for the torch ops of the call; .handle is the cudaStream_t, .dlpack the value __dlpack__(stream=) takes."""
+    for the torch ops of the call; .handle is the cudaStream_t, .dlpack the value __dlpack__(stream=) takes.
+
+    A `stream` other than the current one first waits for the current one: what the DLPack protocol has a producer do
+    for its consumer (the caller's tensors are torch's current stream's work), done once here because the call's
+    own torch ops (conversions, outputs) then run on `stream` and its __dlpack__ calls see it current. The caller's
+    tensors are then marked used on `stream` (record_stream), so that torch does not reuse their memory early."""
 
     def __init__(self, torch, dev, stream):
         device = torch.device("cuda", dev)
+        cur = torch.cuda.current_stream(device)
         if stream is None:
-            s = torch.cuda.current_stream(device)
+            s = cur
         elif isinstance(stream, torch.cuda.Stream):
             s = stream
         elif isinstance(stream, int) and not isinstance(stream, bool):
@@ -132,6 +138,10 @@ class _Stream:
                                 type(stream).__name__)
         if s.device != device:
             raise ArgumentError("stream: on %s, the arrays are on cuda:%d" % (s.device, dev))
+        self._other = s.cuda_stream != cur.cuda_stream
+        if self._other:
+            s.wait_stream(cur)
+        self._s = s
         self._ctx = (torch.cuda.device(device), torch.cuda.stream(s))
         self.handle = s.cuda_stream
         self.dlpack = self.handle if self.handle else 1  # DLPack: 1 = the legacy default stream (0 is not allowed)
@@ -144,6 +154,13 @@ class _Stream:
     def __exit__(self, *exc):
         for c in reversed(self._ctx):
             c.__exit__(*exc)
+
+    def keep(self, torch, *xs):
+        """the caller's tensors xs (None and non-tensors skipped) stay allocated until `stream` has read them"""
+        if self._other:
+            for x in xs:
+                if torch.is_tensor(x):
+                    x.record_stream(self._s)
 
 
 def generate(dec, hidden, dev, c0, seed, frame, t, k, stream):
@@ -165,6 +182,7 @@ def generate(dec, hidden, dev, c0, seed, frame, t, k, stream):
             _ext.decode_device(dec._h, n, dev, caps[0], c0cap, caps[1], caps[2], t, k, caps[3], s.handle)
         finally:
             dec._lock.release()
+        s.keep(torch, hidden, c0, seed, frame)
     return out
 
 
@@ -185,4 +203,5 @@ def score(dec, hidden, dev, codes, stream):
             _ext.score_device(dec._h, n, dev, caps[0], caps[1], caps[2], l0cap, s.handle)
         finally:
             dec._lock.release()
+        s.keep(torch, hidden, codes)
     return logits, logits0
