@@ -41,7 +41,7 @@ CUDA_HOME ?= /usr/local/cuda
 CU_SRC    := $(wildcard src/cuda/*.cu)
 CU_OBJ    := $(CU_SRC:src/cuda/%.cu=$(BUILD)/cuobj/%.o)
 LIB_OBJ   += $(CU_OBJ)
-override CFLAGS += -DDD_WITH_CUDA=1
+override CFLAGS += -DDD_WITH_CUDA=1 -I$(CUDA_HOME)/include
 LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart -lstdc++
 NVFLAGS   ?= -O3 -arch=$(CUDA_ARCH) -Xcompiler -fPIC -Iinclude -Isrc -fmad=false --std=c++17
 endif
@@ -50,8 +50,13 @@ endif
 $(BUILD)/obj/cpu/cpu_kern_avx2.o: override CFLAGS += -mavx2 -mfma -mf16c
 $(BUILD)/obj/cpu/cpu_kern_avx512.o: override CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
 
-# examples/: programs over the public API only (header + library), built by `make` and run by tests/test_examples.c
-EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
+# examples/: programs over the public API only (header + library), built by `make` and run by tests/test_examples.c;
+# device_api.c calls the CUDA runtime itself: built with CUDA=1 only.
+EXAMPLE_SRC := $(wildcard examples/*.c)
+ifneq ($(CUDA),1)
+EXAMPLE_SRC := $(filter-out examples/device_api.c,$(EXAMPLE_SRC))
+endif
+EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRC))
 
 .PHONY: all lib tests test clean install deps-lib deps-test
 all: lib $(BUILD)/depthdec $(EXAMPLES)

@@ -6,8 +6,7 @@
  *   3. dd_decode: one frame per stream, c0 sampled from the level-0 head (lm_head), greedy and sampled;
  *   4. dd_score: teacher-forced logits, whose argmax must give back the greedy codes.
  * Prints the codes and exits 0, or prints the library's message and exits 1. Built by `make`
- * ($(BUILD)/examples/host_api) and run by tests/test_examples.c. The device-pointer API of issue 15 has no example
- * yet (docs/device_api.md). */
+ * ($(BUILD)/examples/host_api) and run by tests/test_examples.c. The device-pointer API: examples/device_api.c. */
 #include "depthdec.h"
 
 #include <math.h>

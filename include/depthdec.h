@@ -226,7 +226,9 @@ DD_API dd_sampling dd_sampling_default(void); /* T 0.9, K 50 (CSM's) */
  *   seeds   [n], frames [n]: the noise keys of each stream (NULL = all 0)
  *   codes   [n, levels] out: c0 .. c(Q-1)
  * Inputs are checked before any work; on error nothing is written to `codes`. A stream's codes depend only on
- * (model, its hidden, c0, seed, frame, sampling): not on n, its row, the backend or the thread count. */
+ * (model, its hidden, c0, seed, frame, sampling): not on n, its row, the backend or the thread count. On a cuda
+ * decoder that has taken a dd_decode_device/dd_score_device call, dd_decode and dd_score first wait for the device
+ * and return a pending device-detected error of those calls (see dd_decoder_sync) instead of running. */
 DD_API dd_status dd_decode(dd_decoder *d, int n, const float *hidden, const int32_t *c0, const uint64_t *seeds,
                            const uint64_t *frames, const dd_sampling *s, int32_t *codes, dd_error *err);
 
@@ -236,6 +238,41 @@ DD_API dd_status dd_decode(dd_decoder *d, int n, const float *hidden, const int3
  *   logits0 [n, V] out or NULL: head0 · hidden (DD_EUNSUPPORTED when requested and the model has no head0) */
 DD_API dd_status dd_score(dd_decoder *d, int n, const float *hidden, const int32_t *codes, float *logits,
                           float *logits0, dd_error *err);
+
+/* ---- device pointers on the caller's stream (cuda decoders; docs/device_api.md) ------------------------------- */
+
+/* dd_decode on device memory, enqueued on `stream` (a cudaStream_t passed as void *; NULL = the legacy default
+ * stream) without host synchronisation, allocation or host<->device copy, so that the call can be captured in the
+ * caller's CUDA graph (cudaStreamBeginCapture, torch.cuda.graph):
+ *   hidden  device [n, input_dim] float32         c0      device [n] int32, or NULL (sample c0 from head0)
+ *   seeds   device [n] uint64, or NULL (all 0)    frames  device [n] uint64, or NULL (all 0)
+ *   codes   device [n, levels] int32 out
+ * All pointers must be device (or managed) memory of the decoder's device, aligned to their element size, and
+ * stay valid until the frame has run on the stream. Checked on the host before anything is enqueued (the error
+ * names the argument; nothing is enqueued then): d is a cuda decoder (else DD_EUNSUPPORTED naming the backend),
+ * 1 <= n <= max_batch, the sampling parameters, head0 when c0 is NULL, the pointers. What needs the data is found
+ * on the device: a non-finite hidden value, a c0 outside [0, V), a level with no finite logit. Such a frame writes
+ * nothing to `codes`, and the first such error since the last synchronising call is returned by the next one
+ * (dd_decoder_sync, dd_decode or dd_score on this decoder) with the message dd_decode gives ("hidden row 2,
+ * element 7: non-finite value nan"). The sampling parameters are kernel arguments: a captured graph replays with
+ * the temperature and top_k it was captured with (seeds and frames are read from device memory at each replay).
+ * The first call for each batch size n <= 8 (the latency executor's plan) and variant (c0 given or not) builds a
+ * plan synchronously: make it outside a capture (inside one it fails with DD_EUNSUPPORTED, capture untouched).
+ * A decoder's calls must be ordered (one stream, or the caller's events); not thread-safe per decoder. */
+DD_API dd_status dd_decode_device(dd_decoder *d, int n, const float *hidden, const int32_t *c0, const uint64_t *seeds,
+                                  const uint64_t *frames, const dd_sampling *s, int32_t *codes, void *stream,
+                                  dd_error *err);
+/* dd_score on device memory, enqueued on `stream` like dd_decode_device: hidden device [n, input_dim] float32,
+ * codes device [n, levels] int32 (out of range: reported as dd_score does, at the next synchronising call),
+ * logits device [n, levels-1, V] float32 out, logits0 device [n, V] out or NULL. Nothing is written to logits or
+ * logits0 by a failed frame. */
+DD_API dd_status dd_score_device(dd_decoder *d, int n, const float *hidden, const int32_t *codes, float *logits,
+                                 float *logits0, void *stream, dd_error *err);
+/* Wait for the device work of every earlier call on the decoder (cudaDeviceSynchronize: replays of captured graphs
+ * on any stream included) and return the first device-detected error of a dd_*_device frame since the last
+ * synchronising call (then cleared), else DD_OK. DD_OK at once on ref/cpu decoders, and on a cuda decoder that
+ * never took a device call. Must not be called while a stream of the device is being captured. */
+DD_API dd_status dd_decoder_sync(dd_decoder *d, dd_error *err);
 
 /* Measure the read bandwidth this backend's weights stream at, in GB/s (1e9 bytes/s), as `depthdec bench` quotes
  * it: cpu/ref: a multi-threaded streaming read of a 1 GiB buffer (threads 0 = one per core), best of 5;

@@ -3,7 +3,10 @@
 The package is one CPython extension, depthdec._ext (src/depthdec/_ext.c), statically linked with the C library
 libdepthdec.a. The library is built by the repository's own Makefile (`make lib`), so every C source (src/, src/cpu/) gets exactly the
 flags `make` gives it (per-file ISA flags, -DDD_WITH_* switches, -ffp-contract=off ...) and the Python build never
-drifts from the C build. CUDA is left out (CUDA=0).
+drifts from the C build. CUDA is left out (CUDA=0) unless DEPTHDEC_CUDA=1: then the library is built with
+`make CUDA=1 CUDA_ARCH=$DEPTHDEC_CUDA_ARCH` (default sm_90; CUDA_HOME default /usr/local/cuda) and the extension
+links the CUDA runtime statically (CUDA tensors in Decoder.generate/score: docs/device_api.md). DEPTHDEC_LIB=path
+links an archive already built by that make command instead of building one (the device check script does).
 
 Where the C sources come from, first match wins:
   1. the repository this directory sits in: ../Makefile, ../src/, ../include/depthdec.h (`pip install ./python`,
@@ -63,16 +66,24 @@ class BuildExt(build_ext):
         # A fresh folder each time: make does not notice changed flags, and a stale object must not slip in.
         shutil.rmtree(lib_build, ignore_errors=True)
         os.makedirs(lib_build)
-        cmd = ["make", "-C", root, "-j%d" % (os.cpu_count() or 1), "lib", "BUILD=" + lib_build, "CUDA=0"]
-        print("depthdec: building the C library: " + " ".join(cmd), flush=True)
-        try:
-            subprocess.run(cmd, check=True)
-        except (OSError, subprocess.CalledProcessError) as e:
-            raise SystemExit("depthdec: building the C library failed (%s); %s" % (e, HINT))
-        archive = os.path.join(lib_build, "libdepthdec.a")
+        cuda = os.environ.get("DEPTHDEC_CUDA", "0") == "1"
+        cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+        cmd = ["make", "-C", root, "-j%d" % (os.cpu_count() or 1), "lib", "BUILD=" + lib_build]
+        cmd += ["CUDA=1", "CUDA_ARCH=" + os.environ.get("DEPTHDEC_CUDA_ARCH", "sm_90"), "CUDA_HOME=" + cuda_home] \
+            if cuda else ["CUDA=0"]
+        archive = os.environ.get("DEPTHDEC_LIB") or os.path.join(lib_build, "libdepthdec.a")
+        if not os.environ.get("DEPTHDEC_LIB"):
+            print("depthdec: building the C library: " + " ".join(cmd), flush=True)
+            try:
+                subprocess.run(cmd, check=True)
+            except (OSError, subprocess.CalledProcessError) as e:
+                raise SystemExit("depthdec: building the C library failed (%s); %s" % (e, HINT))
         if not os.path.isfile(archive):
-            raise SystemExit("depthdec: `make lib` did not produce %s" % archive)
+            raise SystemExit("depthdec: no C library at %s" % archive)
         for ext in self.extensions:
+            if cuda:  # the static runtime: no libcudart.so to find at import (torch brings its own)
+                ext.library_dirs.append(os.path.join(cuda_home, "lib64"))
+                ext.libraries[:0] = ["cudart_static", "stdc++", "dl", "rt"]
             ext.include_dirs.append(os.path.join(root, "include"))
             ext.extra_objects.append(archive)  # linked before -ljansson -lm, as static linking needs
             ext.depends.append(archive)  # relink whenever the library was rebuilt

@@ -19,7 +19,22 @@ typedef struct dd_backend_vt {
     /* logits [n, Q-1, V] out; logits0 [n, V] out or NULL. */
     dd_status (*score)(dd_decoder *d, int n, const float *hidden, const int32_t *codes, float *logits,
                        float *logits0, dd_error *err);
+    /* Device pointers on the caller's stream (dd_decode_device / dd_score_device / dd_decoder_sync); NULL on
+     * backends that compute on the host. The decoder has checked n, the sampling parameters, NULLs and head0;
+     * the backend checks where the pointers live and detects the data errors on the device. */
+    dd_status (*decode_device)(dd_decoder *d, int n, const float *hidden, const int32_t *c0, const uint64_t *seeds,
+                               const uint64_t *frames, const dd_sampling *s, int32_t *codes, void *stream,
+                               dd_error *err);
+    dd_status (*score_device)(dd_decoder *d, int n, const float *hidden, const int32_t *codes, float *logits,
+                              float *logits0, void *stream, dd_error *err);
+    dd_status (*sync)(dd_decoder *d, dd_error *err);
 } dd_backend_vt;
+
+/* The messages of the data checks (decoder.c), shared with the cuda backend, which finds the same errors on the
+ * device and reports them at the next synchronising call: "hidden row 2, element 7: non-finite value nan";
+ * "c0 row 1: code 99 outside [0, 16)" (per_row 1) or "codes row 1, level 3: code -1 outside [0, 16)". */
+dd_status dd_fail_hidden(dd_error *err, int row, int elem, float v);
+dd_status dd_fail_code(dd_error *err, const char *what, int row, int level, int per_row, int32_t v, int V);
 
 struct dd_decoder {
     const dd_model *m;

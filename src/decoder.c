@@ -68,17 +68,30 @@ dd_backend dd_decoder_backend(const dd_decoder *d) { return d->backend; }
 int dd_decoder_max_batch(const dd_decoder *d) { return d->max_batch; }
 
 /* Checks shared by decode and score: batch size and hidden finiteness. */
-static dd_status check_rows(const dd_decoder *d, int n, const float *hidden, dd_error *err) {
+static dd_status check_batch(const dd_decoder *d, int n, dd_error *err) {
     if (n < 1 || n > d->max_batch)
         return dd_fail(err, DD_EINVAL, "batch of %d rows outside [1, max_batch %d]", n, d->max_batch);
+    return DD_OK;
+}
+
+static dd_status check_rows(const dd_decoder *d, int n, const float *hidden, dd_error *err) {
+    dd_status st = check_batch(d, n, err);
+    if (st) return st;
     if (!hidden) return dd_fail(err, DD_EINVAL, "hidden is NULL");
     int I = d->m->cfg.input_dim;
     for (int r = 0; r < n; r++)
         for (int i = 0; i < I; i++)
-            if (!isfinite(hidden[(size_t)r * I + i]))
-                return dd_fail(err, DD_ENUMERIC, "hidden row %d, element %d: non-finite value %g", r, i,
-                               (double)hidden[(size_t)r * I + i]);
+            if (!isfinite(hidden[(size_t)r * I + i])) return dd_fail_hidden(err, r, i, hidden[(size_t)r * I + i]);
     return DD_OK;
+}
+
+dd_status dd_fail_hidden(dd_error *err, int row, int elem, float v) {
+    return dd_fail(err, DD_ENUMERIC, "hidden row %d, element %d: non-finite value %g", row, elem, (double)v);
+}
+
+dd_status dd_fail_code(dd_error *err, const char *what, int row, int level, int per_row, int32_t v, int V) {
+    if (per_row == 1) return dd_fail(err, DD_EINVAL, "%s row %d: code %d outside [0, %d)", what, row, (int)v, V);
+    return dd_fail(err, DD_EINVAL, "%s row %d, level %d: code %d outside [0, %d)", what, row, level, (int)v, V);
 }
 
 static dd_status check_codes(const dd_decoder *d, const char *what, const int32_t *c, int n, int per_row,
@@ -87,12 +100,16 @@ static dd_status check_codes(const dd_decoder *d, const char *what, const int32_
     for (int r = 0; r < n; r++)
         for (int l = 0; l < per_row; l++) {
             int32_t v = c[(size_t)r * per_row + l];
-            if (v < 0 || v >= V) {
-                if (per_row == 1)
-                    return dd_fail(err, DD_EINVAL, "%s row %d: code %d outside [0, %d)", what, r, (int)v, V);
-                return dd_fail(err, DD_EINVAL, "%s row %d, level %d: code %d outside [0, %d)", what, r, l, (int)v, V);
-            }
+            if (v < 0 || v >= V) return dd_fail_code(err, what, r, l, per_row, v, V);
         }
+    return DD_OK;
+}
+
+static dd_status check_sampling(const dd_sampling *s, dd_sampling *out, dd_error *err) {
+    *out = s ? *s : dd_sampling_default();
+    if (!isfinite(out->temperature) || out->temperature < 0)
+        return dd_fail(err, DD_EINVAL, "temperature %g: must be finite and >= 0", (double)out->temperature);
+    if (out->top_k < 0) return dd_fail(err, DD_EINVAL, "top_k %d: must be >= 0", out->top_k);
     return DD_OK;
 }
 
@@ -101,11 +118,10 @@ dd_status dd_decode(dd_decoder *d, int n, const float *hidden, const int32_t *c0
     dd_error_clear(err);
     if (!d) return dd_fail(err, DD_EINVAL, "dd_decode: decoder is NULL");
     if (!codes) return dd_fail(err, DD_EINVAL, "dd_decode: codes is NULL");
-    dd_sampling sp = s ? *s : dd_sampling_default();
-    if (!isfinite(sp.temperature) || sp.temperature < 0)
-        return dd_fail(err, DD_EINVAL, "temperature %g: must be finite and >= 0", (double)sp.temperature);
-    if (sp.top_k < 0) return dd_fail(err, DD_EINVAL, "top_k %d: must be >= 0", sp.top_k);
-    dd_status st = check_rows(d, n, hidden, err);
+    dd_sampling sp;
+    dd_status st = check_sampling(s, &sp, err);
+    if (st) return st;
+    st = check_rows(d, n, hidden, err);
     if (st) return st;
     if (c0 && (st = check_codes(d, "c0", c0, n, 1, err))) return st;
     if (!c0 && !d->m->cfg.has_head0)
@@ -127,4 +143,48 @@ dd_status dd_score(dd_decoder *d, int n, const float *hidden, const int32_t *cod
     if (logits0 && !d->m->cfg.has_head0)
         return dd_fail(err, DD_EUNSUPPORTED, "%s: no head0 in the model: level-0 logits unavailable", d->m->source);
     return d->vt->score(d, n, hidden, codes, logits, logits0, err);
+}
+
+/* ---- device pointers on the caller's stream: the host-checkable arguments here, the rest in the backend ---- */
+
+static dd_status device_api(const dd_decoder *d, const char *fn, dd_error *err) {
+    if (!d) return dd_fail(err, DD_EINVAL, "%s: decoder is NULL", fn);
+    if (!d->vt->decode_device)
+        return dd_fail(err, DD_EUNSUPPORTED, "%s: backend %s computes on the host: device pointers need a cuda decoder",
+                       fn, d->vt->name);
+    return DD_OK;
+}
+
+dd_status dd_decode_device(dd_decoder *d, int n, const float *hidden, const int32_t *c0, const uint64_t *seeds,
+                           const uint64_t *frames, const dd_sampling *s, int32_t *codes, void *stream,
+                           dd_error *err) {
+    dd_error_clear(err);
+    dd_status st = device_api(d, "dd_decode_device", err);
+    if (st) return st;
+    if (!hidden) return dd_fail(err, DD_EINVAL, "dd_decode_device: hidden is NULL");
+    if (!codes) return dd_fail(err, DD_EINVAL, "dd_decode_device: codes is NULL");
+    dd_sampling sp;
+    if ((st = check_sampling(s, &sp, err)) || (st = check_batch(d, n, err))) return st;
+    if (!c0 && !d->m->cfg.has_head0)
+        return dd_fail(err, DD_EUNSUPPORTED, "%s: no head0 in the model: c0 must be given", d->m->source);
+    return d->vt->decode_device(d, n, hidden, c0, seeds, frames, &sp, codes, stream, err);
+}
+
+dd_status dd_score_device(dd_decoder *d, int n, const float *hidden, const int32_t *codes, float *logits,
+                          float *logits0, void *stream, dd_error *err) {
+    dd_error_clear(err);
+    dd_status st = device_api(d, "dd_score_device", err);
+    if (st) return st;
+    if (!hidden) return dd_fail(err, DD_EINVAL, "dd_score_device: hidden is NULL");
+    if (!codes || !logits) return dd_fail(err, DD_EINVAL, "dd_score_device: codes or logits is NULL");
+    if ((st = check_batch(d, n, err))) return st;
+    if (logits0 && !d->m->cfg.has_head0)
+        return dd_fail(err, DD_EUNSUPPORTED, "%s: no head0 in the model: level-0 logits unavailable", d->m->source);
+    return d->vt->score_device(d, n, hidden, codes, logits, logits0, stream, err);
+}
+
+dd_status dd_decoder_sync(dd_decoder *d, dd_error *err) {
+    dd_error_clear(err);
+    if (!d) return dd_fail(err, DD_EINVAL, "dd_decoder_sync: decoder is NULL");
+    return d->vt->sync ? d->vt->sync(d, err) : DD_OK;
 }

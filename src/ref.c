@@ -256,4 +256,4 @@ static dd_status ref_score(dd_decoder *d, int n, const float *hidden, const int3
     return DD_OK;
 }
 
-const dd_backend_vt dd_ref_backend = {"ref", ref_init, ref_destroy, ref_decode, ref_score};
+const dd_backend_vt dd_ref_backend = {"ref", ref_init, ref_destroy, ref_decode, ref_score, NULL, NULL, NULL};

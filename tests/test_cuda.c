@@ -19,6 +19,18 @@
  *              512 runs; a stream alone runs on the latency executor, the batch on the frame kernel.
  *   executors  the latency executor (lat.cu) against the frame kernel on the same inputs: bit-identical logits,
  *              identical codes (tiny models in every weight type at n 1/3/8; GPT and CSM dims unless quick).
+ *   device_api dd_decode_device / dd_score_device on device arrays on a non-blocking stream == dd_decode /
+ *              dd_score on the same inputs, bit for bit (tiny GPT and llama models, several weight types, n 1/3/8
+ *              on the latency executor and 20 on the frame kernel, c0 given and sampled, greedy and sampled, NULL
+ *              seeds/frames, score with and without level-0 logits); device outputs poisoned.
+ *   device_capture  several frames of dd_decode_device and a dd_score_device captured in a CUDA graph
+ *              (cudaStreamBeginCapture), replayed 3 times on fresh inputs written into the captured buffers, with
+ *              host-path calls in between: each replay's codes and logits == the host path's.
+ *   device_errors   a NaN hidden, a c0 or score code out of range: the device call returns DD_OK, writes nothing
+ *              (outputs poisoned before), and dd_decoder_sync (or the next host call) returns the host path's
+ *              error and message; the first of several failures is the one reported; bad pointers (host memory),
+ *              a first call inside a capture.
+ *   device_api_host_backends  (runs everywhere) ref/cpu decoders refuse the device calls naming the backend.
  * Timings are not tests: depthdec bench, dev/cuda/lat_timeline.cu.
  * DD_TEST_QUICK=1 keeps only small cases (for compute-sanitizer runs); DD_TEST_ONLY=<name> runs one test;
  * DD_TEST_SEED=<n> replays a seed.
@@ -42,6 +54,7 @@
 #include "sample.h"
 
 #ifdef DD_WITH_CUDA
+#include <cuda_runtime_api.h>
 void dd_cuda_test_force_big(int on);                            /* src/cuda/host_entry.cu */
 void dd_cuda_test_crossover(dd_decoder *d, int nmax); /* src/cuda/backend.cu: latency executor up to nmax streams */
 /* the kernel entry points (dd_cuda_linear_host, _attend_host, _sample_host) are hooks of the registry's cuda row */
@@ -482,6 +495,359 @@ static void test_executors(void **state) {
     executors("csm", DD_Q8, 1);
 }
 
+
+/* ---- the device API (dd_decode_device, dd_score_device, dd_decoder_sync) ------------------------------------ */
+
+#define CUDA_OK(call)                                                                                              \
+    do {                                                                                                           \
+        cudaError_t ce_ = (call);                                                                                  \
+        if (ce_ != cudaSuccess) fail_msg("%s: %s", #call, cudaGetErrorString(ce_));                                 \
+    } while (0)
+
+static void *dalloc(size_t bytes) {
+    void *p = NULL;
+    CUDA_OK(cudaMalloc(&p, bytes < 4 ? 4 : bytes));
+    return p;
+}
+static void *dup_dev(const void *h, size_t bytes) {
+    void *p = dalloc(bytes);
+    CUDA_OK(cudaMemcpy(p, h, bytes, cudaMemcpyHostToDevice));
+    return p;
+}
+static void down(void *h, const void *d, size_t bytes) { CUDA_OK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost)); }
+
+static void same_words(const void *a, const void *b, size_t n, const char *what, const char *kind, dd_dtype wt,
+                       int N) {
+    const uint32_t *x = a, *y = b;
+    for (size_t i = 0; i < n; i++)
+        if (x[i] != y[i])
+            fail_msg("%s %s n=%d: %s word %zu: device API 0x%08x, host API 0x%08x", kind, dd_dtype_name(wt), N, what,
+                     i, x[i], y[i]);
+}
+
+/* one model, one batch size: every variant through both APIs */
+static void device_api(const char *kind, dd_dtype wt, int n, cudaStream_t stream) {
+    dd_model *m;
+    dd_error e;
+    if (dd_model_synthetic(&m, kind, wt, rnd64(), &e)) fail_msg("%s", e.msg);
+    const dd_config *c = dd_model_config(m);
+    const int Q = c->levels, V = c->codebook_size, I = c->input_dim;
+    dd_decoder *d = make(m, DD_BACKEND_CUDA, 20);
+    float *h = rand_hidden(m, n);
+    int32_t *codes = th_rand_codes(m, n, Q), *c0 = malloc((size_t)n * 4), *ch = malloc((size_t)n * Q * 4),
+            *cd = malloc((size_t)n * Q * 4);
+    for (int i = 0; i < n; i++) c0[i] = codes[(size_t)i * Q];
+    uint64_t *seeds = malloc((size_t)n * 8), *frames = malloc((size_t)n * 8);
+    for (int i = 0; i < n; i++) seeds[i] = rnd64(), frames[i] = rnd64() >> 24;
+    float *dh = dup_dev(h, (size_t)n * I * 4);
+    int32_t *dc0 = dup_dev(c0, (size_t)n * 4), *dcodes = dup_dev(codes, (size_t)n * Q * 4),
+            *dout = dalloc((size_t)n * Q * 4);
+    uint64_t *dseeds = dup_dev(seeds, (size_t)n * 8), *dframes = dup_dev(frames, (size_t)n * 8);
+    dd_sampling ss[2] = {dd_sampling_default(), {0.0f, 0}};
+    int cases = 0;
+    for (int withc0 = c->has_head0 ? 0 : 1; withc0 <= 1; withc0++)
+        for (int si = 0; si < 2; si++)
+            for (int keys = 0; keys < 2; keys++) { /* keys 0: NULL seeds and frames */
+                for (int i = 0; i < n * Q; i++) ch[i] = -7;
+                if (dd_decode(d, n, h, withc0 ? c0 : NULL, keys ? seeds : NULL, keys ? frames : NULL, &ss[si], ch,
+                              &e))
+                    fail_msg("decode: %s", e.msg);
+                CUDA_OK(cudaMemsetAsync(dout, 0xFF, (size_t)n * Q * 4, stream));
+                if (dd_decode_device(d, n, dh, withc0 ? dc0 : NULL, keys ? dseeds : NULL, keys ? dframes : NULL,
+                                     &ss[si], dout, stream, &e))
+                    fail_msg("decode_device: %s", e.msg);
+                if (dd_decoder_sync(d, &e)) fail_msg("sync: %s", e.msg);
+                down(cd, dout, (size_t)n * Q * 4);
+                same_words(cd, ch, (size_t)n * Q, withc0 ? "codes (c0 given)" : "codes (c0 sampled)", kind, wt, n);
+                cases++;
+            }
+    const size_t nl = (size_t)n * (Q - 1) * V, n0 = (size_t)n * V;
+    float *lh = malloc(nl * 4), *ld = malloc(nl * 4), *l0h = malloc(n0 * 4), *l0d = malloc(n0 * 4);
+    float *dl = dalloc(nl * 4), *dl0 = dalloc(n0 * 4);
+    for (int with0 = 0; with0 <= c->has_head0; with0++) {
+        th_poison(lh, nl);
+        th_poison(l0h, n0);
+        if (dd_score(d, n, h, codes, lh, with0 ? l0h : NULL, &e)) fail_msg("score: %s", e.msg);
+        CUDA_OK(cudaMemsetAsync(dl, 0xFF, nl * 4, stream));
+        CUDA_OK(cudaMemsetAsync(dl0, 0xFF, n0 * 4, stream));
+        if (dd_score_device(d, n, dh, dcodes, dl, with0 ? dl0 : NULL, stream, &e)) fail_msg("score_device: %s", e.msg);
+        if (dd_decoder_sync(d, &e)) fail_msg("sync: %s", e.msg);
+        down(ld, dl, nl * 4);
+        same_words(ld, lh, nl, "logits", kind, wt, n);
+        if (with0) {
+            down(l0d, dl0, n0 * 4);
+            same_words(l0d, l0h, n0, "level-0 logits", kind, wt, n);
+        }
+        cases++;
+    }
+    printf("  %-10s %-4s n=%-2d device API == host API (%d calls: codes, logit bits)\n", kind, dd_dtype_name(wt), n,
+           cases);
+    cudaFree(dh), cudaFree(dc0), cudaFree(dcodes), cudaFree(dout), cudaFree(dseeds), cudaFree(dframes);
+    cudaFree(dl), cudaFree(dl0);
+    free(h), free(codes), free(c0), free(ch), free(cd), free(seeds), free(frames), free(lh), free(ld), free(l0h),
+        free(l0d);
+    dd_decoder_free(d);
+    dd_model_free(m);
+}
+
+static void test_device_api(void **state) {
+    (void)state;
+    NEED_CUDA();
+    cudaStream_t stream;
+    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    static const dd_dtype types[] = {DD_F32, DD_BF16, DD_Q8, DD_Q4, DD_F16};
+    static const int ns[] = {1, 3, 8, 20};
+    for (int k = 0; k < 2; k++)
+        for (int t = 0; t < (g_quick ? 1 : 5); t++)
+            for (int i = 0; i < 4; i++) {
+                if (g_quick >= 2 && (k || (i != 1 && i != 3))) continue; /* compute-sanitizer: both executors once */
+                device_api(k ? "tiny-llama" : "tiny-gpt", types[(t + k) % 5], ns[i], stream);
+            }
+    CUDA_OK(cudaStreamDestroy(stream));
+}
+
+/* F frames of dd_decode_device (sampled, c0 from head0, per-frame keys) and one dd_score_device, captured; each
+ * replay on fresh inputs equals the host path */
+static void device_capture(const char *kind, dd_dtype wt, int n) {
+    enum { F = 5 };
+    dd_model *m;
+    dd_error e;
+    if (dd_model_synthetic(&m, kind, wt, rnd64(), &e)) fail_msg("%s", e.msg);
+    const dd_config *c = dd_model_config(m);
+    const int Q = c->levels, V = c->codebook_size, I = c->input_dim;
+    dd_decoder *d = make(m, DD_BACKEND_CUDA, n);
+    cudaStream_t stream;
+    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    const size_t hb = (size_t)n * I * 4, cb = (size_t)n * Q * 4, nl = (size_t)n * (Q - 1) * V;
+    float *dh[F], *dl = dalloc(nl * 4);
+    int32_t *dout[F], *dcodes = dalloc(cb);
+    uint64_t *dseeds = dalloc((size_t)n * 8), *dframes[F];
+    for (int f = 0; f < F; f++) dh[f] = dalloc(hb), dout[f] = dalloc(cb), dframes[f] = dalloc((size_t)n * 8);
+    float *h = malloc(hb * F), *lh = malloc(nl * 4), *ld = malloc(nl * 4);
+    int32_t *ch = malloc(cb), *cd = malloc(cb), *codes;
+    uint64_t *seeds = malloc((size_t)n * 8), *frames = malloc((size_t)n * 8 * F);
+    const int32_t *c0 = NULL;
+    int32_t *c0b = malloc((size_t)n * 4), *dc0 = dalloc((size_t)n * 4);
+    dd_sampling s = dd_sampling_default();
+    /* the first call of each variant builds the latency executor's plan: not allowed inside the capture */
+    CUDA_OK(cudaMemset(dh[0], 0, hb));
+    CUDA_OK(cudaMemset(dcodes, 0, cb));
+    CUDA_OK(cudaMemset(dc0, 0, (size_t)n * 4));
+    if (c->has_head0) {
+        if (dd_decode_device(d, n, dh[0], NULL, NULL, NULL, &s, dout[0], stream, &e)) fail_msg("warm-up: %s", e.msg);
+    } else {
+        c0 = dc0;
+        if (dd_decode_device(d, n, dh[0], dc0, NULL, NULL, &s, dout[0], stream, &e)) fail_msg("warm-up: %s", e.msg);
+    }
+    if (dd_score_device(d, n, dh[0], dcodes, dl, NULL, stream, &e)) fail_msg("warm-up: %s", e.msg);
+    if (dd_decoder_sync(d, &e)) fail_msg("warm-up: %s", e.msg);
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    for (int f = 0; f < F; f++)
+        if (dd_decode_device(d, n, dh[f], c0, dseeds, dframes[f], &s, dout[f], stream, &e))
+            fail_msg("captured decode: %s", e.msg);
+    if (dd_score_device(d, n, dh[F - 1], dcodes, dl, NULL, stream, &e)) fail_msg("captured score: %s", e.msg);
+    CUDA_OK(cudaStreamEndCapture(stream, &g));
+    CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+    for (int rep = 0; rep < 3; rep++) {
+        for (size_t i = 0; i < (size_t)n * I * F; i++) h[i] = rnd_sym(1.7f);
+        for (int i = 0; i < n; i++) seeds[i] = rnd64(), c0b[i] = (int32_t)rnd_below(V);
+        for (int i = 0; i < n * F; i++) frames[i] = rnd64() >> 30;
+        codes = th_rand_codes(m, n, Q);
+        for (int f = 0; f < F; f++) {
+            CUDA_OK(cudaMemcpy(dh[f], h + (size_t)f * n * I, hb, cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemcpy(dframes[f], frames + (size_t)f * n, (size_t)n * 8, cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemset(dout[f], 0xFF, cb));
+        }
+        CUDA_OK(cudaMemcpy(dseeds, seeds, (size_t)n * 8, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(dcodes, codes, cb, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(dc0, c0b, (size_t)n * 4, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemset(dl, 0xFF, nl * 4));
+        CUDA_OK(cudaGraphLaunch(ge, stream));
+        CUDA_OK(cudaStreamSynchronize(stream));
+        if (dd_decoder_sync(d, &e)) fail_msg("replay %d: %s", rep, e.msg);
+        for (int f = 0; f < F; f++) { /* the host path between replays moves the same device epochs */
+            for (int i = 0; i < n * Q; i++) ch[i] = -7;
+            if (dd_decode(d, n, h + (size_t)f * n * I, c0 ? c0b : NULL, seeds, frames + (size_t)f * n, &s, ch, &e))
+                fail_msg("decode: %s", e.msg);
+            down(cd, dout[f], cb);
+            for (int i = 0; i < n * Q; i++)
+                if (cd[i] != ch[i])
+                    fail_msg("%s %s n=%d replay %d frame %d: stream %d level %d: graph %d, host path %d", kind,
+                             dd_dtype_name(wt), n, rep, f, i / Q, i % Q, cd[i], ch[i]);
+        }
+        th_poison(lh, nl);
+        if (dd_score(d, n, h + (size_t)(F - 1) * n * I, codes, lh, NULL, &e)) fail_msg("score: %s", e.msg);
+        down(ld, dl, nl * 4);
+        same_words(ld, lh, nl, "graph logits", kind, wt, n);
+        free(codes);
+    }
+    printf("  %-10s %-4s n=%-2d %d captured frames + score, 3 replays == host path\n", kind, dd_dtype_name(wt), n, F);
+    CUDA_OK(cudaGraphExecDestroy(ge));
+    CUDA_OK(cudaGraphDestroy(g));
+    for (int f = 0; f < F; f++) cudaFree(dh[f]), cudaFree(dout[f]), cudaFree(dframes[f]);
+    cudaFree(dl), cudaFree(dcodes), cudaFree(dseeds), cudaFree(dc0);
+    free(h), free(lh), free(ld), free(ch), free(cd), free(seeds), free(frames), free(c0b);
+    CUDA_OK(cudaStreamDestroy(stream));
+    dd_decoder_free(d);
+    dd_model_free(m);
+}
+
+static void test_device_capture(void **state) {
+    (void)state;
+    NEED_CUDA();
+    device_capture("tiny-gpt", DD_BF16, 3);  /* latency executor */
+    device_capture("tiny-gpt", DD_BF16, 20); /* frame kernel */
+    device_capture("tiny-llama", DD_Q4, 1);
+    if (!g_quick) device_capture("tiny-llama", DD_F32, 12);
+}
+
+/* a device call's failure: the call says DD_OK, writes nothing, and the sync returns `want` with its message */
+static void expect_sync(dd_decoder *d, dd_status want, const char *msg, const int32_t *dpoison, size_t words,
+                        const char *what) {
+    dd_error e;
+    dd_status st = dd_decoder_sync(d, &e);
+    if (st != want || strcmp(e.msg, msg))
+        fail_msg("%s: dd_decoder_sync gave %d \"%s\", want %d \"%s\"", what, st, e.msg, want, msg);
+    uint32_t *w = malloc(words * 4);
+    down(w, dpoison, words * 4);
+    for (size_t i = 0; i < words; i++)
+        if (w[i] != 0x5A5A5A5Au) fail_msg("%s: output word %zu written (0x%08x) by a failed frame", what, i, w[i]);
+    free(w);
+    if (dd_decoder_sync(d, &e)) fail_msg("%s: the error was not cleared: %s", what, e.msg);
+}
+
+static void device_errors(int n) {
+    dd_model *m;
+    dd_error e, eh;
+    if (dd_model_synthetic(&m, "tiny-gpt", DD_BF16, rnd64(), &e)) fail_msg("%s", e.msg);
+    const dd_config *c = dd_model_config(m);
+    const int Q = c->levels, V = c->codebook_size, I = c->input_dim;
+    dd_decoder *d = make(m, DD_BACKEND_CUDA, n);
+    cudaStream_t stream;
+    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    float *h = rand_hidden(m, n), *hbad = malloc((size_t)n * I * 4);
+    int32_t *codes = th_rand_codes(m, n, Q), *c0 = malloc((size_t)n * 4), *ch = malloc((size_t)n * Q * 4);
+    for (int i = 0; i < n; i++) c0[i] = codes[(size_t)i * Q];
+    const size_t cb = (size_t)n * Q * 4, nl = (size_t)n * (Q - 1) * V;
+    float *dh = dup_dev(h, (size_t)n * I * 4), *dl = dalloc(nl * 4), *lh = malloc(nl * 4);
+    int32_t *dc0 = dup_dev(c0, (size_t)n * 4), *dcodes = dup_dev(codes, cb), *dout = dalloc(cb);
+    dd_sampling s = dd_sampling_default();
+    char want[512];
+    /* warm up (plans), and check a good frame passes */
+    if (dd_decode_device(d, n, dh, dc0, NULL, NULL, &s, dout, stream, &e) ||
+        dd_decode_device(d, n, dh, NULL, NULL, NULL, &s, dout, stream, &e) ||
+        dd_score_device(d, n, dh, dcodes, dl, NULL, stream, &e) || dd_decoder_sync(d, &e))
+        fail_msg("good frames: %s", e.msg);
+
+    /* non-finite hidden (two of them: the first in row-major order is named) */
+    const int r = n - 1, el = (int)rnd_below(I);
+    memcpy(hbad, h, (size_t)n * I * 4);
+    hbad[(size_t)r * I + el] = NAN;
+    if (el + 1 < I) hbad[(size_t)r * I + el + 1 + rnd_below(I - el - 1)] = INFINITY;
+    assert_int_equal(dd_decode(d, n, hbad, c0, NULL, NULL, &s, ch, &eh), DD_ENUMERIC);
+    snprintf(want, sizeof want, "%s", eh.msg);
+    float *dhbad = dup_dev(hbad, (size_t)n * I * 4);
+    CUDA_OK(cudaMemset(dout, 0x5A, cb));
+    if (dd_decode_device(d, n, dhbad, dc0, NULL, NULL, &s, dout, stream, &e)) fail_msg("enqueue: %s", e.msg);
+    expect_sync(d, DD_ENUMERIC, want, dout, (size_t)n * Q, "NaN hidden, c0 given");
+    CUDA_OK(cudaMemset(dout, 0x5A, cb));
+    if (dd_decode_device(d, n, dhbad, NULL, NULL, NULL, &s, dout, stream, &e)) fail_msg("enqueue: %s", e.msg);
+    expect_sync(d, DD_ENUMERIC, want, dout, (size_t)n * Q, "NaN hidden, c0 sampled");
+    CUDA_OK(cudaMemset(dl, 0x5A, nl * 4));
+    if (dd_score_device(d, n, dhbad, dcodes, dl, NULL, stream, &e)) fail_msg("enqueue: %s", e.msg);
+    expect_sync(d, DD_ENUMERIC, want, (const int32_t *)dl, nl, "NaN hidden, score");
+
+    /* c0 out of range in one row, then a good frame and a second bad one: the first failure is reported */
+    int32_t *c0bad = malloc((size_t)n * 4);
+    memcpy(c0bad, c0, (size_t)n * 4);
+    const int rr = (int)rnd_below(n);
+    c0bad[rr] = rnd_below(2) ? V + (int)rnd_below(5) : -1 - (int)rnd_below(5);
+    assert_int_equal(dd_decode(d, n, h, c0bad, NULL, NULL, &s, ch, &eh), DD_EINVAL);
+    snprintf(want, sizeof want, "%s", eh.msg);
+    int32_t *dc0bad = dup_dev(c0bad, (size_t)n * 4), *dout2 = dalloc(cb);
+    CUDA_OK(cudaMemset(dout, 0x5A, cb));
+    if (dd_decode_device(d, n, dh, dc0bad, NULL, NULL, &s, dout, stream, &e)) fail_msg("enqueue: %s", e.msg);
+    if (dd_decode_device(d, n, dh, dc0, NULL, NULL, &s, dout2, stream, &e)) fail_msg("enqueue: %s", e.msg);
+    if (dd_decode_device(d, n, dhbad, dc0, NULL, NULL, &s, dout2, stream, &e)) fail_msg("enqueue: %s", e.msg);
+    expect_sync(d, DD_EINVAL, want, dout, (size_t)n * Q, "c0 out of range");
+
+    /* a score code out of range */
+    int32_t *cbad = malloc(cb);
+    memcpy(cbad, codes, cb);
+    cbad[(size_t)rr * Q + rnd_below(Q)] = V;
+    assert_int_equal(dd_score(d, n, h, cbad, lh, NULL, &eh), DD_EINVAL);
+    snprintf(want, sizeof want, "%s", eh.msg);
+    int32_t *dcbad = dup_dev(cbad, cb);
+    CUDA_OK(cudaMemset(dl, 0x5A, nl * 4));
+    if (dd_score_device(d, n, dh, dcbad, dl, NULL, stream, &e)) fail_msg("enqueue: %s", e.msg);
+    expect_sync(d, DD_EINVAL, want, (const int32_t *)dl, nl, "score code out of range");
+
+    /* the next host call reports a pending device error (and writes nothing), the one after works */
+    assert_int_equal(dd_decode(d, n, hbad, c0, NULL, NULL, &s, ch, &eh), DD_ENUMERIC);
+    if (dd_decode_device(d, n, dhbad, dc0, NULL, NULL, &s, dout, stream, &e)) fail_msg("enqueue: %s", e.msg);
+    for (int i = 0; i < n * Q; i++) ch[i] = -7;
+    dd_status st = dd_decode(d, n, h, c0, NULL, NULL, &s, ch, &e);
+    if (st != DD_ENUMERIC || strcmp(e.msg, eh.msg)) fail_msg("host call after a failed device frame: %d %s", st, e.msg);
+    for (int i = 0; i < n * Q; i++) assert_int_equal(ch[i], -7);
+    if (dd_decode(d, n, h, c0, NULL, NULL, &s, ch, &e)) fail_msg("host call: %s", e.msg);
+
+    /* arguments checked on the host: nothing enqueued */
+    st = dd_decode_device(d, n, h, dc0, NULL, NULL, &s, dout, stream, &e);
+    if (st != DD_EINVAL || !strstr(e.msg, "hidden") || !strstr(e.msg, "host memory"))
+        fail_msg("host hidden: %d %s", st, e.msg);
+    st = dd_decode_device(d, n, dh, dc0, NULL, NULL, &s, ch, stream, &e);
+    if (st != DD_EINVAL || !strstr(e.msg, "codes")) fail_msg("host codes: %d %s", st, e.msg);
+    st = dd_decode_device(d, n + 1, dh, dc0, NULL, NULL, &s, dout, stream, &e);
+    if (st != DD_EINVAL || !strstr(e.msg, "max_batch")) fail_msg("n: %d %s", st, e.msg);
+    dd_sampling bad = {-1.0f, 0};
+    st = dd_decode_device(d, n, dh, dc0, NULL, NULL, &bad, dout, stream, &e);
+    if (st != DD_EINVAL || !strstr(e.msg, "temperature")) fail_msg("temperature: %d %s", st, e.msg);
+    st = dd_score_device(d, n, dh, dcodes, (float *)lh, NULL, stream, &e);
+    if (st != DD_EINVAL || !strstr(e.msg, "logits")) fail_msg("host logits: %d %s", st, e.msg);
+    if (dd_decoder_sync(d, &e)) fail_msg("sync after refused calls: %s", e.msg);
+
+    printf("  tiny-gpt   bf16 n=%-2d device errors reported by the sync with the host path's messages, outputs "
+           "untouched\n", n);
+    cudaFree(dh), cudaFree(dl), cudaFree(dc0), cudaFree(dcodes), cudaFree(dout), cudaFree(dhbad), cudaFree(dc0bad),
+        cudaFree(dout2), cudaFree(dcbad);
+    free(h), free(hbad), free(codes), free(c0), free(ch), free(lh), free(c0bad), free(cbad);
+    CUDA_OK(cudaStreamDestroy(stream));
+    dd_decoder_free(d);
+    dd_model_free(m);
+}
+
+static void test_device_errors(void **state) {
+    (void)state;
+    NEED_CUDA();
+    device_errors(3);
+    device_errors(20);
+    /* the first call of a batch size inside a capture: refused, the capture left intact */
+    dd_model *m;
+    dd_error e;
+    if (dd_model_synthetic(&m, "tiny-gpt", DD_BF16, rnd64(), &e)) fail_msg("%s", e.msg);
+    dd_decoder *d = make(m, DD_BACKEND_CUDA, 4);
+    const dd_config *c = dd_model_config(m);
+    float *dh = dalloc((size_t)2 * c->input_dim * 4);
+    int32_t *dout = dalloc((size_t)2 * c->levels * 4);
+    cudaStream_t stream;
+    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    CUDA_OK(cudaMemset(dh, 0, (size_t)2 * c->input_dim * 4));
+    cudaGraph_t g;
+    CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    dd_status st = dd_decode_device(d, 2, dh, NULL, NULL, NULL, NULL, dout, stream, &e);
+    CUDA_OK(cudaStreamEndCapture(stream, &g));
+    if (st != DD_EUNSUPPORTED || !strstr(e.msg, "before the capture")) fail_msg("first call in a capture: %d %s", st, e.msg);
+    CUDA_OK(cudaGraphDestroy(g));
+    if (dd_decode_device(d, 2, dh, NULL, NULL, NULL, NULL, dout, stream, &e) || dd_decoder_sync(d, &e))
+        fail_msg("after the capture: %s", e.msg);
+    CUDA_OK(cudaStreamDestroy(stream));
+    cudaFree(dh), cudaFree(dout);
+    dd_decoder_free(d);
+    dd_model_free(m);
+}
+
 #else /* !DD_WITH_CUDA */
 
 static void test_linear(void **state) { (void)state; NEED_CUDA(); }
@@ -490,8 +856,43 @@ static void test_sample(void **state) { (void)state; NEED_CUDA(); }
 static void test_e2e(void **state) { (void)state; NEED_CUDA(); }
 static void test_invariance(void **state) { (void)state; NEED_CUDA(); }
 static void test_executors(void **state) { (void)state; NEED_CUDA(); }
+static void test_device_api(void **state) { (void)state; NEED_CUDA(); }
+static void test_device_capture(void **state) { (void)state; NEED_CUDA(); }
+static void test_device_errors(void **state) { (void)state; NEED_CUDA(); }
 
 #endif
+
+/* ref and cpu decoders refuse the device calls, naming the backend; their sync has nothing to wait for */
+static void test_device_api_host_backends(void **state) {
+    (void)state;
+    dd_model *m;
+    dd_error e;
+    if (dd_model_synthetic(&m, "tiny-gpt", DD_F32, 1, &e)) fail_msg("%s", e.msg);
+    const dd_backend bs[] = {DD_BACKEND_REF, DD_BACKEND_CPU};
+    float h[64] = {0}, lg[4096];
+    int32_t codes[64] = {0};
+    for (int i = 0; i < 2; i++) {
+        if (!dd_backend_available(bs[i])) continue;
+        dd_decoder_params p = dd_decoder_default_params();
+        p.backend = bs[i];
+        p.max_batch = 1;
+        dd_decoder *d;
+        if (dd_decoder_create(&d, m, &p, &e)) fail_msg("%s", e.msg);
+        char name[64];
+        snprintf(name, sizeof name, "backend %s", dd_backend_name(bs[i]));
+        dd_status st = dd_decode_device(d, 1, h, NULL, NULL, NULL, NULL, codes, NULL, &e);
+        if (st != DD_EUNSUPPORTED || !strstr(e.msg, name) || !strstr(e.msg, "dd_decode_device"))
+            fail_msg("decode_device on %s: %d %s", name, st, e.msg);
+        st = dd_score_device(d, 1, h, codes, lg, NULL, NULL, &e);
+        if (st != DD_EUNSUPPORTED || !strstr(e.msg, name) || !strstr(e.msg, "dd_score_device"))
+            fail_msg("score_device on %s: %d %s", name, st, e.msg);
+        assert_int_equal(dd_decoder_sync(d, &e), DD_OK);
+        dd_decoder_free(d);
+    }
+    assert_int_equal(dd_decode_device(NULL, 1, h, NULL, NULL, NULL, NULL, codes, NULL, &e), DD_EINVAL);
+    assert_int_equal(dd_decoder_sync(NULL, &e), DD_EINVAL);
+    dd_model_free(m);
+}
 
 int main(void) {
     th_seed_init("test_cuda");
@@ -502,6 +903,8 @@ int main(void) {
         cmocka_unit_test_setup(test_linear, th_reseed),     cmocka_unit_test_setup(test_attend, th_reseed),
         cmocka_unit_test_setup(test_sample, th_reseed),     cmocka_unit_test_setup(test_e2e, th_reseed),
         cmocka_unit_test_setup(test_invariance, th_reseed), cmocka_unit_test_setup(test_executors, th_reseed),
+        cmocka_unit_test_setup(test_device_api, th_reseed), cmocka_unit_test_setup(test_device_capture, th_reseed),
+        cmocka_unit_test_setup(test_device_errors, th_reseed), cmocka_unit_test(test_device_api_host_backends),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

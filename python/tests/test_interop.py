@@ -1,4 +1,5 @@
-"""Arrays from other libraries (issue 15 point 2, host side) and models from tensors in memory (point 3's entry point).
+"""Arrays from other libraries (issue 15 point 2, host side; the CUDA side: test_cuda_interop.py) and models from
+tensors in memory (point 3's entry point).
 
 - Decoder.generate / score read numpy arrays, torch CPU tensors and any host object with __dlpack__, and answer in
   the input's library (torch in, torch out): the values must equal the numpy call's bit for bit.
@@ -77,10 +78,19 @@ def test_dlpack_object_numpy_out(tiny, rng):
 
 
 def test_dlpack_wrong_device(tiny, rng):
+    """CUDA arrays go to the device path (python/tests/test_cuda_interop.py on a GPU); here: a cpu decoder refuses
+    them naming its backend, a CUDA array beside host hidden states is refused, `stream` needs CUDA arrays."""
     dec = depthdec.Decoder(tiny, backend="cpu")
     h, codes = inputs(rng, tiny, 2)
-    with pytest.raises(depthdec.ArgumentError, match=r"hidden: the array is on device 'cuda' \(DLPack device type 2\)"):
+    with pytest.raises(depthdec.ArgumentError, match=r"hidden: the array is on device 'cuda' \(DLPack device type 2\) "
+                                                     r"and this decoder's backend is cpu"):
         dec.generate(Foreign(h, device=(2, 0)))
+    with pytest.raises(depthdec.ArgumentError, match=r"hidden: the array is on device 'cuda_managed'.*backend is cpu"):
+        dec.score(Foreign(h, device=(13, 0)), codes)
+    with pytest.raises(depthdec.ArgumentError, match=r"stream: only for CUDA arrays"):
+        dec.generate(h, stream=0)
+    with pytest.raises(depthdec.ArgumentError, match=r"stream: only for CUDA arrays"):
+        dec.score(h, codes, stream=5)
     with pytest.raises(depthdec.ArgumentError, match="codes: the array is on device 'cuda'"):
         dec.score(h, Foreign(codes, device=(2, 0)))
     with pytest.raises(depthdec.ArgumentError, match="c0: the array is on device 'rocm'"):

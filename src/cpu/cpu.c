@@ -323,7 +323,7 @@ static dd_status cpu_score(dd_decoder *d, int n, const float *hidden, const int3
     return DD_OK;
 }
 
-const dd_backend_vt dd_cpu_backend = {"cpu", cpu_init, cpu_destroy, cpu_decode, cpu_score};
+const dd_backend_vt dd_cpu_backend = {"cpu", cpu_init, cpu_destroy, cpu_decode, cpu_score, NULL, NULL, NULL};
 
 dd_status dd_cpu_decoder_use_isa(dd_decoder *d, dd_cpu_isa isa, dd_error *err) {
     if (!d || d->vt != &dd_cpu_backend) return dd_fail(err, DD_EINVAL, "dd_cpu_decoder_use_isa: not a cpu decoder");

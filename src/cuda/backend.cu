@@ -5,7 +5,9 @@
  * is pushed through in_proj once on the device (in(table), float32, the same kernel and hence the same numbers
  * as doing it per pass); four programs are built: decode with c0 given, decode sampling c0 from head0, score,
  * score with logits0. A call uploads one packed input block (hidden, seeds, frames, c0), launches the frame
- * kernel once (frame.cu) and reads back one packed block (error words + codes): no other host traffic.
+ * kernel once (frame.cu) or the latency executor (lat.cu) and reads back one packed block (error words + codes):
+ * no other host traffic. The device API (devapi.cu) stages the caller's device arrays into the same block with a
+ * kernel instead and runs the same launch on the caller's stream.
  *
  * Program of a frame (per pass l = 1 .. Q-1, P = 2 new positions in pass 1 else 1, tokens T = n P):
  *   per layer: qkv (norm1 prologue) [+ attention, fused on the small schedule] | out (+ residual) |
@@ -307,7 +309,7 @@ static dd_status precompute_table(cu_state *st, const dd_model *m, dd_error *err
             return dd_fail(err, DD_ENOMEM, "backend cuda: out of memory");
         }
         cudaError_t ce = cudaMemcpy(d_ops, p.op, 2 * sizeof(cu_op), cudaMemcpyHostToDevice);
-        if (ce == cudaSuccess) s = cu_run_program(&st->sc, p.op, d_ops, 2, n, 0, 0, NULL, NULL, 0, 0, err);
+        if (ce == cudaSuccess) s = cu_run_program(&st->sc, d_ops, 2, n, 0, 0, NULL, NULL, 0, 0, err);
         free(p.op);
         if (ce != cudaSuccess) return dd_fail(err, DD_EUNSUPPORTED, "backend cuda: %s", cudaGetErrorString(ce));
         if (s) return s;
@@ -329,6 +331,7 @@ static dd_status cuda_init(dd_decoder *d, dd_error *err) {
     const int B = d->max_batch, D = c->dim, I = c->input_dim, H = c->heads, KV = c->kv_heads, HD = c->head_dim,
               F = c->ffn_dim, V = c->codebook_size, Q = c->levels, L = c->layers;
     st->B = B;
+    st->m = m;
     dd_status s;
     if ((s = upload_weights(st, m, err))) return s;
     /* scratch: the largest linear (tokens x K) on the large schedule, group sums */
@@ -357,6 +360,8 @@ static dd_status cuda_init(dd_decoder *d, dd_error *err) {
     ALLOC(st->d_out, 8 + (size_t)B * Q * 4);
     CU_TRY(cudaMallocHost((void **)&st->h_in, st->in_bytes), err, "pinned host buffer");
     CU_TRY(cudaMallocHost((void **)&st->h_out, 8 + (size_t)B * Q * 4), err, "pinned host buffer");
+    CU_TRY(cudaGetDevice(&st->dev), err, "current device");
+    if ((s = cu_devapi_init(st, err))) return s;
     if ((s = cu_scratch_init2(&st->sc, maxt, maxk, maxg, (int *)st->d_out, err))) return s;
     /* activations (pass 1 has 2 positions per stream) */
     const int qw = (H + 2 * KV) * HD;
@@ -413,9 +418,28 @@ static void cuda_destroy(dd_decoder *d) {
 
 /* ---- decode / score -------------------------------------------------------------------------------------- */
 
+/* One frame of program v for n streams whose inputs are in st->d_in, enqueued on `stream` with no host
+ * synchronisation: the latency executor for small batches (its plan for (v, n) is built, synchronously, on first
+ * use: lt_built says which are), else the frame kernel. */
+dd_status cu_launch_frame(cu_state *st, int v, int n, float temp, int topk, cudaStream_t stream, dd_error *err) {
+    dd_status ls = DD_OK;
+    if (n <= st->lt_max) {
+        int ok = lt_can(st->lt, v, n, err, &ls);
+        if (!ls) st->lt_built[v][n] = 1;
+        if (ok) return lt_run(st->lt, v, n, temp, topk, stream, err);
+        if (ls) return ls;
+    }
+    return cu_run_program(&st->sc, st->d_prog[v], st->nprog[v], n, temp, topk,
+                          (const uint64_t *)(st->d_in + st->off_seeds), (const uint64_t *)(st->d_in + st->off_frames),
+                          0, stream, err);
+}
+
+/* the host path: inputs through the pinned h_in (one upload), then the frame, on the legacy stream */
 static dd_status run(cu_state *st, int v, int n, const float *hidden, const int32_t *c0, const int32_t *codes_in,
                      const uint64_t *seeds, const uint64_t *frames, const dd_sampling *s, int Q, int I,
                      dd_error *err) {
+    dd_status r = cu_devapi_pending(st, err); /* an earlier device-API frame's error, after waiting for it */
+    if (r) return r;
     memcpy(st->h_in, hidden, (size_t)n * I * 4);
     size_t hi_end = (size_t)n * I * 4;
     /* the tail of the block: seeds, frames, c0, codes at their fixed offsets (for max_batch) */
@@ -430,12 +454,7 @@ static dd_status run(cu_state *st, int v, int n, const float *hidden, const int3
     CU_TRY(cudaMemcpyAsync(st->d_in, st->h_in, hi_end, cudaMemcpyHostToDevice, 0), err, "input upload");
     CU_TRY(cudaMemcpyAsync(st->d_in + st->off_seeds, st->h_in + st->off_seeds, tail, cudaMemcpyHostToDevice, 0), err,
            "input upload");
-    dd_status ls = DD_OK;
-    if (n <= st->lt_max && lt_can(st->lt, v, n, err, &ls)) return lt_run(st->lt, v, n, s ? s->temperature : 0, s ? s->top_k : 0, err);
-    if (ls) return ls;
-    return cu_run_program(&st->sc, st->h_prog[v], st->d_prog[v], st->nprog[v], n, s ? s->temperature : 0,
-                          s ? s->top_k : 0, (const uint64_t *)(st->d_in + st->off_seeds),
-                          (const uint64_t *)(st->d_in + st->off_frames), 0, 0, err);
+    return cu_launch_frame(st, v, n, s ? s->temperature : 0, s ? s->top_k : 0, 0, err);
 }
 
 static dd_status cuda_decode(dd_decoder *d, int n, const float *hidden, const int32_t *c0, const uint64_t *seeds,
@@ -477,4 +496,6 @@ extern "C" void dd_cuda_test_crossover(dd_decoder *d, int nmax) {
     st->lt_max = nmax < cap ? nmax : cap;
 }
 
-extern "C" const dd_backend_vt dd_cuda_backend = {"cuda", cuda_init, cuda_destroy, cuda_decode, cuda_score};
+extern "C" const dd_backend_vt dd_cuda_backend = {"cuda",           cuda_init,       cuda_destroy,
+                                                   cuda_decode,      cuda_score,      cu_decode_device,
+                                                   cu_score_device,  cu_decoder_sync};

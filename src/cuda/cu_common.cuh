@@ -165,8 +165,7 @@ typedef struct cu_params {
     float temp;
     int topk;
     const uint64_t *seeds, *frames; /* [n] or NULL (all 0) */
-    unsigned long long *bar;        /* grid barrier counter */
-    unsigned long long bar_base;
+    unsigned long long *bar;        /* grid barrier counter (the launch's base is read from it on the device) */
     int *err;      /* [2] */
     uint4 *act;    /* large schedule: activations in B-fragment order */
     float *asum;   /* large schedule: group sums */
@@ -195,30 +194,11 @@ __host__ __device__ static inline int cu_lin_small(const cu_linear *L, int T, in
 /* fused attention needs head boundaries on m-tile boundaries */
 __host__ __device__ static inline int cu_can_fuse_attend(const cu_attend *A) { return A->HD % 16 == 0; }
 
-/* Whether op i runs (an ATTEND/SAMPLE fused into the previous linear does not) and how many grid barriers it
- * takes. The host counts barriers with the same function to advance the barrier counter's base. */
-__host__ __device__ static inline int cu_op_fused(const cu_op *ops, int i, int n, int force_big) {
-    if (i == 0 || ops[i - 1].type != CU_OP_LINEAR || ops[i - 1].lin.fuse != i) return 0;
-    const cu_linear *L = &ops[i - 1].lin;
-    if (!cu_lin_small(L, cu_lin_T(L, n), force_big)) return 0;
-    if (ops[i].type == CU_OP_ATTEND) return cu_can_fuse_attend(&ops[i].att);
-    return 1;
-}
-__host__ __device__ static inline int cu_op_barriers(const cu_op *ops, int i, int n, int force_big) {
-    const cu_op *o = &ops[i];
-    if (o->type == CU_OP_LINEAR) /* the large schedule: a barrier between its phases and one after it, always
-                                     (its staging buffer is shared by every linear) */
-        return cu_lin_small(&o->lin, cu_lin_T(&o->lin, n), force_big) ? o->bar_after : 2;
-    if (cu_op_fused(ops, i, n, force_big)) return 0;
-    return o->bar_after;
-}
-
 /* ---- host side ------------------------------------------------------------------------------------------- */
 
 /* Device scratch of one decoder (or one test call). */
 typedef struct cu_scratch {
     unsigned long long *bar;
-    unsigned long long bar_base;
     int *err;
     uint4 *act;
     size_t act_bytes;
@@ -239,9 +219,9 @@ dd_status cu_scratch_init(cu_scratch *s, int max_tokens, int max_k, int max_grou
 dd_status cu_scratch_init2(cu_scratch *s, int max_tokens, int max_k, int max_groups, int *err_dev, dd_error *err);
 void cu_scratch_free(cu_scratch *s);
 
-/* Run ops (host copy h_ops, device copy d_ops) for n streams: resets the error flags and enqueues one launch of
- * the frame kernel on `stream`; the caller synchronizes and then calls cu_check_errors. */
-dd_status cu_run_program(cu_scratch *s, const cu_op *h_ops, const cu_op *d_ops, int nops, int n, float temp,
+/* Run ops (device copy d_ops) for n streams: resets the error flags and enqueues one launch of the frame kernel on
+ * `stream` (no host synchronisation: capturable); the caller synchronizes and then calls cu_check_errors. */
+dd_status cu_run_program(cu_scratch *s, const cu_op *d_ops, int nops, int n, float temp,
                          int topk, const uint64_t *d_seeds, const uint64_t *d_frames, int force_big,
                          cudaStream_t stream, dd_error *err);
 /* After the stream has synchronized: DD_OK, or the error the kernel flagged (timeout; no finite logit). */

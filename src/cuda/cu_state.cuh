@@ -8,6 +8,7 @@
 enum { PROG_DECODE_C0 = 0, PROG_DECODE = 1, PROG_SCORE = 2, PROG_SCORE_L0 = 3, NPROG = 4 };
 
 typedef struct lt_exec lt_exec; /* lat.cu */
+typedef struct cu_devstat cu_devstat; /* devapi.cu */
 
 typedef struct cu_state {
     void **allocs;
@@ -30,16 +31,34 @@ typedef struct cu_state {
     int nprog[NPROG];
     lt_exec *lt; /* the latency executor (small batches), or NULL */
     int lt_max;  /* batches of at most this many streams run on it (test hook: dd_cuda_test_crossover) */
+    unsigned char lt_built[NPROG][9]; /* the latency executor's plan of (variant, n) is built (n <= 8) */
+    int dev;          /* the device the decoder lives on */
+    int dev_used;     /* a dd_*_device call was made: host calls and dd_decoder_sync wait and check first */
+    cu_devstat *ds;   /* device: error state of the device API (devapi.cu) */
+    const dd_model *m;
 } cu_state;
+
+/* backend.cu: enqueue one frame of program `variant` for n streams whose inputs are in st->d_in, on `stream`. */
+dd_status cu_launch_frame(cu_state *st, int variant, int n, float temp, int topk, cudaStream_t stream, dd_error *err);
+
+/* devapi.cu: the device API of the cuda backend (dd_decode_device, dd_score_device, dd_decoder_sync). */
+dd_status cu_devapi_init(cu_state *st, dd_error *err);
+/* When a device call was made: wait for the device and return (and clear) the first error of a device-API frame. */
+dd_status cu_devapi_pending(cu_state *st, dd_error *err);
+dd_status cu_decode_device(dd_decoder *d, int n, const float *hidden, const int32_t *c0, const uint64_t *seeds,
+                           const uint64_t *frames, const dd_sampling *s, int32_t *codes, void *stream, dd_error *err);
+dd_status cu_score_device(dd_decoder *d, int n, const float *hidden, const int32_t *codes, float *logits,
+                          float *logits0, void *stream, dd_error *err);
+dd_status cu_decoder_sync(dd_decoder *d, dd_error *err);
 
 /* lat.cu: the latency executor. lt_create returns DD_OK with *out NULL when the model or device does not suit
  * it; lt_max_batch says up to which batch it runs; lt_run enqueues one frame (inputs already in st->d_in) on
- * stream 0. */
+ * `stream`, with no host synchronisation (capturable). */
 dd_status lt_create(lt_exec **out, cu_state *st, const dd_model *m, dd_error *err);
 void lt_free(lt_exec *x);
 int lt_max_batch(const lt_exec *x);
 int lt_default_crossover(const lt_exec *x); /* batches run on it by default */
 int lt_can(lt_exec *x, int variant, int n, dd_error *err, dd_status *s); /* builds the plan on first use */
-dd_status lt_run(lt_exec *x, int variant, int n, float temp, int topk, dd_error *err);
+dd_status lt_run(lt_exec *x, int variant, int n, float temp, int topk, cudaStream_t stream, dd_error *err);
 
 #endif

@@ -15,10 +15,12 @@
  * chain of dependent L2 round trips inside the op, plus ~2 us of barrier). That document lists what to change
  * next.
  *
- * Grid barrier: a 64-bit arrival counter that only grows (the host passes the count at launch start in
- * bar_base); thread 0 of each block adds 1 (release); the last arriver publishes the target on a second cache line
- * that the others poll (acquire); a wait gives up after DD_CUDA_TIMEOUT_S (default 10 s) and flags CU_ERR_TIMEOUT
- * so a bug cannot hang the device.
+ * Grid barrier: a 64-bit arrival counter that only grows; thread 0 of each block adds 1 (release); the last
+ * arriver publishes the target on a second cache line that the others poll (acquire); a wait gives up after
+ * DD_CUDA_TIMEOUT_S (default 10 s) and flags CU_ERR_TIMEOUT so a bug cannot hang the device. The launch's base
+ * count is read on the device, not passed by the host: every block reads the published line at its start, which
+ * then still holds the previous launch's last target (= the counter: no block of this launch can publish before
+ * all have arrived once), so a launch captured in a CUDA graph replays correctly (docs/device_api.md).
  */
 #include "cu_attend.cuh"
 #include "cu_linear.cuh"
@@ -56,10 +58,11 @@ __device__ __forceinline__ unsigned long long cu_ld_acquire(const unsigned long 
  * Release/acquire at gpu scope order the block's writes (made visible to thread 0 by bar.sync) before the arrival,
  * and everyone's writes before the reads after the wait; no full fences needed. */
 #define CU_BAR_FLAG 16 /* u64 index of the published target: 128 bytes past the counter */
+__shared__ unsigned long long cu_bar_base; /* the counter at launch start: read (and used) by thread 0 only */
 __device__ __forceinline__ void cu_bar_arrive(const cu_params &P, int k) {
     __syncthreads();
     if (threadIdx.x == 0) {
-        unsigned long long target = P.bar_base + (unsigned long long)(k + 1) * gridDim.x, old;
+        unsigned long long target = cu_bar_base + (unsigned long long)(k + 1) * gridDim.x, old;
         asm volatile("atom.acq_rel.gpu.global.add.u64 %0, [%1], 1;" : "=l"(old) : "l"(P.bar) : "memory");
         if (old + 1 == target)
             asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(P.bar + CU_BAR_FLAG), "l"(target) : "memory");
@@ -67,7 +70,7 @@ __device__ __forceinline__ void cu_bar_arrive(const cu_params &P, int k) {
 }
 __device__ int cu_bar_wait(const cu_params &P, int &k, int *sflag) {
     if (threadIdx.x == 0) {
-        unsigned long long target = P.bar_base + (unsigned long long)(k + 1) * gridDim.x;
+        unsigned long long target = cu_bar_base + (unsigned long long)(k + 1) * gridDim.x;
         int ab = 0;
         unsigned spin = 0;
         unsigned long long t0 = 0;
@@ -205,6 +208,7 @@ extern "C" __global__ void __launch_bounds__(CU_THREADS, 1) cu_frame_kernel(cu_p
     uint8_t *sets[2] = {sm.misc + MISC_OPS, sm.misc + MISC_OPS + 3 * 1024};
     int bk = 0, cur = 0;
     if (P.nops < 1) return;
+    if (threadIdx.x == 0) cu_bar_base = cu_ld_acquire(P.bar + CU_BAR_FLAG);
     cu_load_ops(sets[0], P, 0);
     __syncthreads();
     {
@@ -331,11 +335,9 @@ void cu_scratch_free(cu_scratch *s) {
     memset(s, 0, sizeof *s);
 }
 
-dd_status cu_run_program(cu_scratch *s, const cu_op *h_ops, const cu_op *d_ops, int nops, int n, float temp,
+dd_status cu_run_program(cu_scratch *s, const cu_op *d_ops, int nops, int n, float temp,
                          int topk, const uint64_t *d_seeds, const uint64_t *d_frames, int force_big,
                          cudaStream_t stream, dd_error *err) {
-    int nbar = 0;
-    for (int i = 0; i < nops; i++) nbar += cu_op_barriers(h_ops, i, n, force_big);
     cu_params P;
     memset(&P, 0, sizeof P);
     P.ops = d_ops;
@@ -346,7 +348,6 @@ dd_status cu_run_program(cu_scratch *s, const cu_op *h_ops, const cu_op *d_ops, 
     P.seeds = d_seeds;
     P.frames = d_frames;
     P.bar = s->bar;
-    P.bar_base = s->bar_base;
     P.err = s->err;
     P.act = s->act;
     P.asum = s->asum;
@@ -358,7 +359,6 @@ dd_status cu_run_program(cu_scratch *s, const cu_op *h_ops, const cu_op *d_ops, 
     CU_TRY(cudaLaunchCooperativeKernel((const void *)cu_frame_kernel, dim3(s->grid), dim3(CU_THREADS), args,
                                        CU_SMEM_BYTES, stream),
            err, "launch of the frame kernel");
-    s->bar_base += (unsigned long long)nbar * s->grid;
     return DD_OK;
 }
 
@@ -373,7 +373,6 @@ dd_status cu_check_error_words(cu_scratch *s, const int e[2], dd_error *err) {
         /* a barrier timed out: the counters are in an unknown state, start over */
         cudaMemset(s->bar, 0, 256);
         cudaMemset(s->cnt, 0, (size_t)s->ncnt * 4);
-        s->bar_base = 0;
         return dd_fail(err, DD_EUNSUPPORTED, "backend cuda: the frame kernel timed out at a grid barrier");
     }
     if (e[1] != CU_ERR_CLEAR) return dd_fail(err, DD_ENUMERIC, "row %d: level %d: no finite logit", e[1] >> 8, e[1] & 255);

@@ -90,7 +90,7 @@ static dd_status run_one(host_job *j, const cu_op *op, int n, float temp, int to
     j->have_scratch = 1;
     void *d_op;
     if ((s = up(j, &d_op, op, sizeof *op, err))) return s;
-    if ((s = cu_run_program(&j->s, op, (const cu_op *)d_op, 1, n, temp, topk, d_seeds, d_frames, g_force_big, 0,
+    if ((s = cu_run_program(&j->s, (const cu_op *)d_op, 1, n, temp, topk, d_seeds, d_frames, g_force_big, 0,
                             err)))
         return s;
     CU_TRY(cudaDeviceSynchronize(), err, "frame kernel");

@@ -7,7 +7,8 @@
  *   - Dataflow instead of barriers. Every activation an op produces is published as an 8-byte word {value, epoch}
  *     (one store, so value and flag arrive together: NCCL's "LL" idea); a consumer polls exactly the words it
  *     reads, all of them in flight at once. Epochs only grow (ebase advances by Q per launch; pass l of a launch
- *     writes ebase + l), so nothing is ever reset between ops or frames.
+ *     writes ebase + l), so nothing is ever reset between ops or frames. ebase lives on the device (read by
+ *     every block at its start, advanced by a one-block kernel after the launch), so a captured graph replays.
  *   - Static work lists. The host splits every op of the frame into per-SM steps once (lt_plan): linears by
  *     contiguous ranges of units (m-tiles, or gate/up pairs), balanced by weight bytes; attention by (stream, kv
  *     head); sampling by stream. Each SM walks its list in frame order; a step waits only for its inputs.
@@ -130,7 +131,8 @@ typedef struct lt_params {
     const uint64_t *seeds, *frames;
     u64 *noise; /* the SPEC §3 Gumbel noise of the frame, LL words of epoch ebase + 1: [stream][level][V] (temp > 0) */
     int V;
-    unsigned ebase;
+    unsigned ebase;        /* set on the device from *epoch at the start (lt_P) */
+    const unsigned *epoch; /* the executor's epoch word (lt_epoch_advance) */
     int *err;
     u64 timeout_ns;
 } lt_params;
@@ -918,7 +920,7 @@ __device__ __forceinline__ int lt_run_linear(const lt_step st, int l, int v) {
 }
 
 extern "C" __global__ void __launch_bounds__(LT_THREADS, 1) lt_kernel(const __grid_constant__ lt_params Pk) {
-    if (threadIdx.x == 0) lt_P = Pk;
+    if (threadIdx.x == 0) lt_P = Pk, lt_P.ebase = *Pk.epoch;
     const lt_params &P = Pk;
     const lt_sm me = P.sms[blockIdx.x];
     const int np = me.s1 - me.s0, nt = me.t1 - me.t0, sw = (np + nt) * (int)(sizeof(lt_step) / 4);
@@ -1017,7 +1019,7 @@ struct lt_exec {
     int ldx, ldq, lda_, ldf, ldv;
     cu_mat *d_heads;
     const uint8_t *const *hbase;
-    unsigned ebase;
+    unsigned *epoch; /* device: the next launch's ebase */
     u64 timeout_ns;
     double keep_budget; /* bytes of layer weights marked L2-resident */
     lt_plan plan[NPROG][LT_MAX_N + 1];
@@ -1483,7 +1485,6 @@ dd_status lt_create(lt_exec **out, cu_state *st, const dd_model *m, dd_error *er
     x->st = st;
     x->m = m;
     x->G = sms;
-    x->ebase = 1;
     const char *t = getenv("DD_CUDA_TIMEOUT_S"); /* slow instrumented runs (compute-sanitizer); default 10 s */
     double sec = t ? atof(t) : 0;
     x->timeout_ns = (u64)((sec > 0 ? sec : 10.0) * 1e9);
@@ -1515,6 +1516,10 @@ dd_status lt_create(lt_exec **out, cu_state *st, const dd_model *m, dd_error *er
     if ((s = cu_alloc(&mem, x->ll_words * 8, &st->allocs, &st->nallocs, err))) return s;
     x->ll = (u64 *)mem;
     CU_TRY(cudaMemset(x->ll, 0, x->ll_words * 8), err, "latency executor buffers");
+    if ((s = cu_alloc(&mem, sizeof(unsigned), &st->allocs, &st->nallocs, err))) return s;
+    x->epoch = (unsigned *)mem;
+    const unsigned e1 = 1;
+    CU_TRY(cudaMemcpy(x->epoch, &e1, sizeof e1, cudaMemcpyHostToDevice), err, "latency executor epoch");
     u64 *p = x->ll;
     x->x0 = p;
     p += (size_t)NT * x->ldx;
@@ -1562,15 +1567,23 @@ int lt_can(lt_exec *x, int variant, int n, dd_error *err, dd_status *s) {
     return pl->ok == 2;
 }
 
-dd_status lt_run(lt_exec *x, int variant, int n, float temp, int topk, dd_error *err) {
+/* After each launch, in stream order (all blocks have read the epoch): ebase += Q; when the next launch's epochs
+ * would wrap, the LL buffers are cleared and ebase starts over at 1. One block. */
+__global__ void lt_epoch_advance(unsigned *epoch, unsigned Q, u64 *ll, size_t words) {
+    __shared__ unsigned e;
+    if (threadIdx.x == 0) e = *epoch + Q;
+    __syncthreads();
+    const int wrap = e > 0xFFFFFFF0u - 2u * Q;
+    if (wrap)
+        for (size_t i = threadIdx.x; i < words; i += blockDim.x) ll[i] = 0;
+    if (threadIdx.x == 0) *epoch = wrap ? 1u : e;
+}
+
+dd_status lt_run(lt_exec *x, int variant, int n, float temp, int topk, cudaStream_t stream, dd_error *err) {
     cu_state *st = x->st;
     const dd_config *c = &x->m->cfg;
     const int Q = c->levels;
     lt_plan *pl = &x->plan[variant][n];
-    if (x->ebase > 0xFFFFFFF0u - 2u * (unsigned)Q) { /* epochs would wrap: start over from clean buffers */
-        CU_TRY(cudaMemsetAsync(x->ll, 0, x->ll_words * 8, 0), err, "latency executor buffers");
-        x->ebase = 1;
-    }
     lt_params P;
     memset(&P, 0, sizeof P);
     P.ops = pl->ops;
@@ -1587,13 +1600,14 @@ dd_status lt_run(lt_exec *x, int variant, int n, float temp, int topk, dd_error 
     P.frames = (const uint64_t *)(st->d_in + st->off_frames);
     P.noise = x->noise;
     P.V = c->codebook_size;
-    P.ebase = x->ebase;
+    P.epoch = x->epoch;
     P.err = st->sc.err;
     P.timeout_ns = x->timeout_ns;
-    CU_TRY(cudaMemsetAsync(st->sc.err, 0x7F, 8, 0), err, "reset error flags");
+    CU_TRY(cudaMemsetAsync(st->sc.err, 0x7F, 8, stream), err, "reset error flags");
     void *args[] = {&P};
-    CU_TRY(cudaLaunchCooperativeKernel((const void *)lt_kernel, dim3(x->G), dim3(LT_THREADS), args, LT_SMEM, 0), err,
-           "launch of the latency kernel");
-    x->ebase += (unsigned)Q;
+    CU_TRY(cudaLaunchCooperativeKernel((const void *)lt_kernel, dim3(x->G), dim3(LT_THREADS), args, LT_SMEM, stream),
+           err, "launch of the latency kernel");
+    lt_epoch_advance<<<1, 1024, 0, stream>>>(x->epoch, (unsigned)Q, x->ll, x->ll_words);
+    CU_TRY(cudaGetLastError(), err, "launch of the epoch kernel");
     return DD_OK;
 }

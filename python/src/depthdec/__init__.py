@@ -1,5 +1,5 @@
-"""depthdec — exact, fast inference for the depth decoder of RVQ speech LMs (numpy or torch CPU tensors in, the
-same library out; any host array with __dlpack__ is read).
+"""depthdec — exact, fast inference for the depth decoder of RVQ speech LMs (numpy or torch tensors in, the same
+library out; any host array with __dlpack__ is read; CUDA torch tensors stay on the device, on the caller's stream).
 
 A thin layer over the C library (include/depthdec.h), with the CLI's semantics::
 
@@ -257,7 +257,8 @@ def _host_array(x, name):
             raise ArgumentError("%s: __dlpack_device__() failed: %s" % (name, e)) from None
         if kind != 1:
             raise ArgumentError("%s: the array is on device '%s' (DLPack device type %d); depthdec's Python package "
-                                "takes host (CPU) arrays: move it first (torch: .cpu())"
+                                "reads host (CPU) arrays here: move it first (torch: .cpu()), or give generate/score all their "
+                                "arrays on one CUDA device (torch tensors, cuda Decoder)"
                                 % (name, _DLPACK_DEVICES.get(kind, "?"), kind))
         if _is_torch(x):
             import torch  # already imported by whoever made x
@@ -275,6 +276,20 @@ def _host_array(x, name):
         return np.asarray(x)
     except (ValueError, TypeError, RuntimeError) as e:
         raise ArgumentError("%s: not an array: %s" % (name, e)) from None
+
+
+def _device_of(hidden, stream):
+    """The CUDA device of hidden when it is a CUDA array (the device path, _device.py), else None; `stream` is for
+    that path only."""
+    if isinstance(hidden, np.ndarray) or not hasattr(hidden, "__dlpack__"):
+        dev = None
+    else:
+        from . import _device
+
+        dev = _device.cuda_device(hidden)
+    if dev is None and stream is not None:
+        raise ArgumentError("stream: only for CUDA arrays (hidden is on the host)")
+    return dev
 
 
 def _like(ref, *outs):
@@ -413,12 +428,18 @@ class Decoder:
         if not self._lock.acquire(blocking=False):
             raise Error("Decoder is in use by another thread: give each thread its own Decoder", Status.EINVAL)
 
-    def generate(self, hidden, c0=None, seed=0, frame=0, temperature=0.9, top_k=50, greedy=False):
+    def generate(self, hidden, c0=None, seed=0, frame=0, temperature=0.9, top_k=50, greedy=False, stream=None):
         """Codes c0..c(Q-1) of N frames: int32 array [N, Q].
 
         Arrays: numpy arrays, torch CPU tensors, or any host array with __dlpack__ (torch is imported only when a
         torch tensor is given). The result is a torch tensor when `hidden` is one (torch in, torch out), else a
-        numpy array. Arrays on a GPU are refused with ArgumentError; nothing is written anywhere on a failed call.
+        numpy array; nothing is written anywhere on a failed call.
+        CUDA torch tensors (on a cuda Decoder) stay on the device: the frame is enqueued on `stream` (a
+        torch.cuda.Stream or a cudaStream_t as an int; default torch's current stream) with no synchronisation, and
+        the result is a CUDA tensor; c0 and per-row seed/frame must then be CUDA tensors of the same device (scalar
+        seed/frame are made on the device). Values (finite hidden, c0 in range) are checked on the device and a
+        failure is raised by the next sync() (or host-array call), not by this call. Capturable with
+        torch.cuda.graph after one eager call of the same batch size (temperature and top_k are fixed in the graph).
         hidden: [N, input_dim] float32 (float16/bfloat16/float64 converted), N >= 1; rows are consecutive frames of one
           stream, as in the CLI: row n uses `seed` and frame `frame + n`. Per-row keys: pass `seed` and/or `frame`
           as [N] integer arrays (then row n uses seed[n] / frame[n]).
@@ -427,6 +448,12 @@ class Decoder:
         A frame's codes depend only on (model, hidden row, c0, seed, frame, temperature, top_k).
         """
         c = self._cfg
+        dev = _device_of(hidden, stream)
+        if dev is not None:
+            from . import _device
+
+            t, k = _sampling(temperature, top_k, greedy)
+            return _device.generate(self, hidden, dev, c0, seed, frame, t, k, stream)
         h = _hidden(self.model, hidden)
         n = h.shape[0]
         c0a = None if c0 is None else _codes(self.model, c0, "c0", (n,), c["codebook_size"])
@@ -443,13 +470,19 @@ class Decoder:
             self._lock.release()
         return _like(hidden, out)
 
-    def score(self, hidden, codes):
+    def score(self, hidden, codes, stream=None):
         """Teacher-forced logits: (logits float32 [N, Q-1, V] of levels 1..Q-1 given codes 0..Q-2,
         logits0 float32 [N, V] = head0 · hidden, or None when the model has no head0); torch tensors when
-        `hidden` is a torch tensor, numpy arrays otherwise (see generate for the arrays accepted).
+        `hidden` is a torch tensor, numpy arrays otherwise (see generate for the arrays accepted, CUDA tensors and
+        `stream` included).
 
         hidden: [N, input_dim] as for generate; codes: [N, Q] int32/int64 in [0, V) (level Q-1 is not read but must
         be in range)."""
+        dev = _device_of(hidden, stream)
+        if dev is not None:
+            from . import _device
+
+            return _device.score(self, hidden, dev, codes, stream)
         c = self._cfg
         Q, V = c["levels"], c["codebook_size"]
         h = _hidden(self.model, hidden)
@@ -463,6 +496,16 @@ class Decoder:
         finally:
             self._lock.release()
         return _like(hidden, logits, logits0)
+
+    def sync(self):
+        """Wait for this decoder's device work (CUDA arrays; graph replays included: cudaDeviceSynchronize) and raise
+        the first error a frame found on the device since the last sync (then cleared). A no-op on ref/cpu decoders
+        and on a cuda decoder that never took CUDA arrays."""
+        self._enter()
+        try:
+            _ext.decoder_sync(self._h)
+        finally:
+            self._lock.release()
 
     def close(self):
         """Free the decoder's memory now (it is freed anyway when garbage-collected). Idempotent."""

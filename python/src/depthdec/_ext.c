@@ -409,6 +409,60 @@ static PyObject *raise_rows(const dd_error *e, Py_ssize_t r, int k, Py_ssize_t n
     return raise_status(e->code, msg);
 }
 
+/* The arrays of one decode or score call (host or device memory), and one batch of it: rows [r, r + k). */
+struct call {
+    struct py_decoder *pd;
+    int device; /* dd_*_device on `stream` */
+    void *stream;
+    const float *h;
+    const int32_t *codes; /* c0 [n] (decode) or codes [n, Q] (score) */
+    const uint64_t *seeds, *frames;
+    dd_sampling sp;
+    int32_t *out;
+    float *lg, *l0;
+};
+
+static dd_status decode_rows(const struct call *a, Py_ssize_t r, int k, dd_error *e) {
+    const dd_config *c = a->pd->cfg;
+    const float *h = a->h + r * c->input_dim;
+    const int32_t *c0 = a->codes ? a->codes + r : NULL;
+    int32_t *out = a->out + r * c->levels;
+    if (a->device)
+        return dd_decode_device(a->pd->d, k, h, c0, a->seeds + r, a->frames + r, &a->sp, out, a->stream, e);
+    return dd_decode(a->pd->d, k, h, c0, a->seeds + r, a->frames + r, &a->sp, out, e);
+}
+
+static dd_status score_rows(const struct call *a, Py_ssize_t r, int k, dd_error *e) {
+    const dd_config *c = a->pd->cfg;
+    const Py_ssize_t Q = c->levels, V = c->codebook_size;
+    const float *h = a->h + r * c->input_dim;
+    float *lg = a->lg + r * (Q - 1) * V, *l0 = a->l0 ? a->l0 + r * V : NULL;
+    if (a->device) return dd_score_device(a->pd->d, k, h, a->codes + r * Q, lg, l0, a->stream, e);
+    return dd_score(a->pd->d, k, h, a->codes + r * Q, lg, l0, e);
+}
+
+/* Rows [0, n) in batches of at most max_batch with the GIL released; 0, or -1 with the error raised (naming the
+ * caller's rows). */
+static int run_rows(const struct call *a, Py_ssize_t n,
+                    dd_status (*rows)(const struct call *, Py_ssize_t, int, dd_error *)) {
+    const int batch = dd_decoder_max_batch(a->pd->d);
+    dd_error e = {0};
+    dd_status st = DD_OK;
+    Py_ssize_t r = 0;
+    int k = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (; r < n; r += k) {
+        k = (int)(n - r < batch ? n - r : batch);
+        if ((st = rows(a, r, k, &e))) break;
+    }
+    Py_END_ALLOW_THREADS
+    if (st) {
+        raise_rows(&e, r, k, n);
+        return -1;
+    }
+    return 0;
+}
+
 /* decode(dec, n, hidden f32[n*I], c0 i32[n] | None, seeds u64[n], frames u64[n], temperature, top_k,
  *        codes_out i32[n*Q]) -> None. Rows are split into batches of max_batch; the GIL is released meanwhile. */
 static PyObject *decode(PyObject *self, PyObject *args) {
@@ -431,23 +485,9 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     if (get_buf(fo, &f, n, 8, 0, "frames") < 0) goto rel_s;
     if (get_buf(outo, &out, n * c->levels, 4, 1, "codes") < 0) goto rel_f;
     {
-        dd_sampling sp = {.temperature = temperature, .top_k = top_k};
-        int batch = dd_decoder_max_batch(pd->d);
-        dd_error e = {0};
-        dd_status st = DD_OK;
-        Py_ssize_t r = 0;
-        int k = 0;
-        Py_BEGIN_ALLOW_THREADS
-        for (; r < n; r += k) {
-            k = (int)(n - r < batch ? n - r : batch);
-            st = dd_decode(pd->d, k, (const float *)h.buf + r * c->input_dim,
-                           have_c0 ? (const int32_t *)c0.buf + r : NULL, (const uint64_t *)s.buf + r,
-                           (const uint64_t *)f.buf + r, &sp, (int32_t *)out.buf + r * c->levels, &e);
-            if (st) break;
-        }
-        Py_END_ALLOW_THREADS
-        if (st) raise_rows(&e, r, k, n);
-        else ok = 1;
+        struct call a = {.pd = pd, .h = h.buf, .codes = have_c0 ? c0.buf : NULL, .seeds = s.buf, .frames = f.buf,
+                         .sp = {.temperature = temperature, .top_k = top_k}, .out = out.buf};
+        ok = run_rows(&a, n, decode_rows) == 0;
     }
     PyBuffer_Release(&out);
 rel_f:
@@ -480,21 +520,8 @@ static PyObject *score(PyObject *self, PyObject *args) {
     if (get_buf(lo, &lg, n * (Q - 1) * V, 4, 1, "logits") < 0) goto rel_c;
     if (have_l0 && get_buf(l0o, &l0, n * V, 4, 1, "logits0") < 0) goto rel_lg;
     {
-        int batch = dd_decoder_max_batch(pd->d);
-        dd_error e = {0};
-        dd_status st = DD_OK;
-        Py_ssize_t r = 0;
-        int k = 0;
-        Py_BEGIN_ALLOW_THREADS
-        for (; r < n; r += k) {
-            k = (int)(n - r < batch ? n - r : batch);
-            st = dd_score(pd->d, k, (const float *)h.buf + r * c->input_dim, (const int32_t *)codes.buf + r * Q,
-                          (float *)lg.buf + r * (Q - 1) * V, have_l0 ? (float *)l0.buf + r * V : NULL, &e);
-            if (st) break;
-        }
-        Py_END_ALLOW_THREADS
-        if (st) raise_rows(&e, r, k, n);
-        else ok = 1;
+        struct call a = {.pd = pd, .h = h.buf, .codes = codes.buf, .lg = lg.buf, .l0 = have_l0 ? l0.buf : NULL};
+        ok = run_rows(&a, n, score_rows) == 0;
     }
     if (have_l0) PyBuffer_Release(&l0);
 rel_lg:
@@ -504,6 +531,146 @@ rel_c:
 rel_h:
     PyBuffer_Release(&h);
     if (!ok) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* ---- CUDA arrays through DLPack: dd_decode_device / dd_score_device on the caller's stream ------------------ */
+
+/* The DLPack structures (dlpack.h, v0.8 ABI: the "dltensor" capsule of __dlpack__() without max_version). */
+typedef struct {
+    int32_t device_type; /* kDLCUDA 2, kDLCUDAManaged 13 */
+    int32_t device_id;
+} dl_device;
+typedef struct {
+    uint8_t code; /* kDLInt 0, kDLUInt 1, kDLFloat 2 */
+    uint8_t bits;
+    uint16_t lanes;
+} dl_dtype;
+typedef struct {
+    void *data;
+    dl_device device;
+    int32_t ndim;
+    dl_dtype dtype;
+    int64_t *shape;
+    int64_t *strides; /* in elements; NULL = compact row-major */
+    uint64_t byte_offset;
+} dl_tensor;
+typedef struct dl_managed {
+    dl_tensor t;
+    void *manager_ctx;
+    void (*deleter)(struct dl_managed *self);
+} dl_managed;
+
+/* The device pointer of a "dltensor" capsule (from __dlpack__(stream=...)) holding `count` compact elements of
+ * (code, bits) on CUDA device `dev` (code -1: int or uint, for the 64-bit noise keys). The capsule keeps its owner: the producer frees it with the capsule. */
+static void *dl_pointer(PyObject *cap, const char *what, int code, int bits, Py_ssize_t count, int dev) {
+    if (!PyCapsule_IsValid(cap, "dltensor")) {
+        PyErr_Format(PyExc_ValueError, "%s: not an unused DLPack capsule", what);
+        return NULL;
+    }
+    const dl_managed *m = PyCapsule_GetPointer(cap, "dltensor");
+    const dl_tensor *t = &m->t;
+    if (t->device.device_type != 2 && t->device.device_type != 13) {
+        PyErr_Format(PyExc_ValueError, "%s: DLPack device type %d, want CUDA (2)", what, (int)t->device.device_type);
+        return NULL;
+    }
+    if (t->device.device_id != dev) {
+        PyErr_Format(PyExc_ValueError, "%s: on cuda:%d, want cuda:%d", what, (int)t->device.device_id, dev);
+        return NULL;
+    }
+    if ((code >= 0 ? t->dtype.code != code : t->dtype.code > 1) || t->dtype.bits != bits || t->dtype.lanes != 1) {
+        PyErr_Format(PyExc_ValueError, "%s: DLPack dtype (%d, %d, %d), want (%d, %d, 1)", what, t->dtype.code,
+                     t->dtype.bits, t->dtype.lanes, code, bits);
+        return NULL;
+    }
+    Py_ssize_t n = 1, want = 1;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        if (t->strides && t->shape[i] != 1 && t->strides[i] != want) {
+            PyErr_Format(PyExc_ValueError, "%s: not contiguous", what);
+            return NULL;
+        }
+        want *= t->shape[i];
+        n *= t->shape[i];
+    }
+    if (n != count) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd elements, want %zd", what, n, count);
+        return NULL;
+    }
+    return (char *)t->data + t->byte_offset;
+}
+
+/* decode_device(dec, n, dev, hidden f32[n*I], c0 i32[n] | None, seeds u64[n], frames u64[n], temperature, top_k,
+ *               codes_out i32[n*Q], stream) -> None: capsules of CUDA memory on device `dev`, stream a
+ * cudaStream_t as an int. Enqueued in batches of max_batch with the GIL released; no synchronisation. */
+static PyObject *decode_device(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *cap, *ho, *c0o, *so, *fo, *outo, *stro;
+    Py_ssize_t n;
+    int dev, top_k;
+    float temperature;
+    if (!PyArg_ParseTuple(args, "OniOOOOfiOO:decode_device", &cap, &n, &dev, &ho, &c0o, &so, &fo, &temperature,
+                          &top_k, &outo, &stro))
+        return NULL;
+    struct py_decoder *pd = get_decoder(cap);
+    if (!pd) return NULL;
+    const dd_config *c = pd->cfg;
+    if (!rows_ok(n, c)) return raise_status(DD_EINVAL, "decode: row count out of range");
+    void *stream = PyLong_AsVoidPtr(stro);
+    if (!stream && PyErr_Occurred()) return NULL;
+    const float *h;
+    const int32_t *c0 = NULL;
+    const uint64_t *sd, *fr;
+    int32_t *out;
+    if (!(h = dl_pointer(ho, "hidden", 2, 32, n * c->input_dim, dev)) ||
+        (c0o != Py_None && !(c0 = dl_pointer(c0o, "c0", 0, 32, n, dev))) ||
+        !(sd = dl_pointer(so, "seeds", -1, 64, n, dev)) || !(fr = dl_pointer(fo, "frames", -1, 64, n, dev)) ||
+        !(out = dl_pointer(outo, "codes", 0, 32, n * c->levels, dev)))
+        return NULL;
+    struct call a = {.pd = pd, .device = 1, .stream = stream, .h = h, .codes = c0, .seeds = sd, .frames = fr,
+                     .sp = {.temperature = temperature, .top_k = top_k}, .out = out};
+    if (run_rows(&a, n, decode_rows)) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* score_device(dec, n, dev, hidden f32[n*I], codes i32[n*Q], logits_out f32[n*(Q-1)*V], logits0_out f32[n*V] | None,
+ *              stream) -> None: as decode_device */
+static PyObject *score_device(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *cap, *ho, *co, *lo, *l0o, *stro;
+    Py_ssize_t n;
+    int dev;
+    if (!PyArg_ParseTuple(args, "OniOOOOO:score_device", &cap, &n, &dev, &ho, &co, &lo, &l0o, &stro)) return NULL;
+    struct py_decoder *pd = get_decoder(cap);
+    if (!pd) return NULL;
+    const dd_config *c = pd->cfg;
+    if (!rows_ok(n, c)) return raise_status(DD_EINVAL, "score: row count out of range");
+    const Py_ssize_t Q = c->levels, V = c->codebook_size;
+    void *stream = PyLong_AsVoidPtr(stro);
+    if (!stream && PyErr_Occurred()) return NULL;
+    const float *h;
+    const int32_t *codes;
+    float *lg, *l0 = NULL;
+    if (!(h = dl_pointer(ho, "hidden", 2, 32, n * c->input_dim, dev)) ||
+        !(codes = dl_pointer(co, "codes", 0, 32, n * Q, dev)) ||
+        !(lg = dl_pointer(lo, "logits", 2, 32, n * (Q - 1) * V, dev)) ||
+        (l0o != Py_None && !(l0 = dl_pointer(l0o, "logits0", 2, 32, n * V, dev))))
+        return NULL;
+    struct call a = {.pd = pd, .device = 1, .stream = stream, .h = h, .codes = codes, .lg = lg, .l0 = l0};
+    if (run_rows(&a, n, score_rows)) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* decoder_sync(dec) -> None: dd_decoder_sync with the GIL released */
+static PyObject *decoder_sync(PyObject *self, PyObject *cap) {
+    (void)self;
+    struct py_decoder *pd = get_decoder(cap);
+    if (!pd) return NULL;
+    dd_error e;
+    dd_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = dd_decoder_sync(pd->d, &e);
+    Py_END_ALLOW_THREADS
+    if (st) return raise_err(&e);
     Py_RETURN_NONE;
 }
 
@@ -582,6 +749,11 @@ static PyMethodDef methods[] = {
     {"decoder_close", decoder_close, METH_O, "decoder_close(decoder): free it now"},
     {"decode", decode, METH_VARARGS, "decode(dec, n, hidden, c0, seeds, frames, T, K, codes_out)"},
     {"score", score, METH_VARARGS, "score(dec, n, hidden, codes, logits_out, logits0_out)"},
+    {"decode_device", decode_device, METH_VARARGS,
+     "decode_device(dec, n, dev, hidden, c0, seeds, frames, T, K, codes_out, stream): DLPack capsules of CUDA memory"},
+    {"score_device", score_device, METH_VARARGS,
+     "score_device(dec, n, dev, hidden, codes, logits_out, logits0_out, stream): DLPack capsules of CUDA memory"},
+    {"decoder_sync", decoder_sync, METH_O, "decoder_sync(dec): dd_decoder_sync"},
     {"next_embedding", next_embedding, METH_VARARGS, "next_embedding(model, n, codes, out)"},
     {"backend_available", backend_available, METH_VARARGS, "backend_available(name) -> bool"},
     {"backends", backends, METH_NOARGS, "backends() -> names of the concrete backends, slowest first"},
