@@ -7,6 +7,14 @@ depth decoder's forward proves which one ran. Sampled generation is checked agai
 plain Decoder on the fixture file (row b = stream seed + b, frame = frame + backbone step), with the backbone
 hidden states captured by a forward hook. Skipped with a reason when torch or transformers >= 5 is missing
 (.ci/run installs the pinned versions).
+
+GPU cases (test_cuda_*; skipped, saying why, without a CUDA device or when the package was built without the cuda
+backend, DEPTHDEC_CUDA=1): the model on CUDA, depthdec.hf with backend "cuda" must take the device path (a spy on
+the Decoder sees only CUDA tensors, and one sync() per generate call) and give, greedy, the codes of stock
+transformers on CUDA and of depthdec.hf with backend "cpu" (host path), and, sampled, the codes of backend "cpu"
+and frame by frame those of a cuda Decoder's host path on the captured hidden states (bit-identical by the device
+API's contract); a NaN backbone state is raised by the generate call (the sync at its end), after which the decoder
+works again.
 """
 
 import os
@@ -193,3 +201,144 @@ def test_bf16_model_runs():
     assert a.shape == (2, 3, 8) and int(a.min()) >= 0 and int(a.max()) < 64
     assert torch.equal(m.generate(**kw), a)
     depthdec.hf.restore(m)
+
+
+
+def nan_hook(model, at):
+    """A forward hook on the backbone's final norm that makes its `at`-th output (1: the prefill) NaN: the state
+    handed to the depth decoder (and the backbone's own logits, whose argmax stays a valid c0)."""
+    calls = []
+
+    def hook(mod, args, out):
+        calls.append(1)
+        return out.fill_(float("nan")) if len(calls) == at else out
+
+    return calls, model.backbone_model.norm.register_forward_hook(hook)
+
+
+def test_nan_backbone_state_host_path():
+    # host path: the frame with a NaN state is refused at once, naming the problem
+    m = load_fixture()
+    kw = dict(prompt(m, 2, 4, 3), max_new_tokens=4, **GREEDY)
+    h = depthdec.hf.accelerate(m, backend="cpu")
+    ref = m.generate(**kw)
+    calls, r = nan_hook(m, 3)
+    with pytest.raises(depthdec.Error) as e:
+        m.generate(**kw)
+    r.remove()
+    assert len(calls) == 3 and e.value.code == depthdec.Status.ENUMERIC, str(e.value)
+    assert torch.equal(m.generate(**kw), ref)
+    h.restore()
+
+# ---- GPU: the device path (CUDA model, cuda decoder) -------------------------------------------------------------
+
+if not torch.cuda.is_available():
+    _NO_CUDA = "no CUDA device (torch.cuda.is_available() is False)"
+elif not depthdec.backend_available("cuda"):
+    _NO_CUDA = "depthdec was built without the cuda backend (install with DEPTHDEC_CUDA=1)"
+else:
+    _NO_CUDA = None
+needs_cuda = pytest.mark.skipif(_NO_CUDA is not None, reason=_NO_CUDA or "")
+
+
+class DecoderSpy:
+    """Records, per depthdec Decoder.generate call of a handle, whether every tensor argument was a CUDA tensor;
+    counts sync() calls and keeps the errors they raised."""
+
+    def __init__(self, handle):
+        self.calls, self.syncs, self.sync_errors = [], 0, []
+        dec = handle.decoder
+        gen, sync = dec.generate, dec.sync
+
+        def generate(hidden, c0=None, seed=0, frame=0, **kw):
+            args = (hidden, c0, seed, frame)
+            self.calls.append(all(torch.is_tensor(a) and a.is_cuda for a in args))
+            return gen(hidden, c0=c0, seed=seed, frame=frame, **kw)
+
+        def count_sync():
+            self.syncs += 1
+            try:
+                return sync()
+            except depthdec.Error as e:
+                self.sync_errors.append(e)
+                raise
+
+        dec.generate, dec.sync = generate, count_sync
+
+
+def cuda_kw(kw):
+    return {k: (v.cuda() if torch.is_tensor(v) else v) for k, v in kw.items()}
+
+
+@needs_cuda
+@pytest.mark.parametrize("which", ["fixture", "random"])
+def test_cuda_device_path_matches_transformers_and_cpu(which):
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False  # stock transformers in true float32, as depthdec
+    try:
+        m = (load_fixture() if which == "fixture" else random_model(5)).cuda()
+        B, steps = 3, 6
+        kw = cuda_kw(dict(prompt(m, B, 6, 11), max_new_tokens=steps, **GREEDY))
+        calls = DepthCalls(m)
+        ref = m.generate(**kw)  # stock transformers on CUDA
+        assert calls.n > 0 and ref.is_cuda and ref.shape == (B, steps, m.config.num_codebooks)
+
+        h = depthdec.hf.accelerate(m, backend="cuda")
+        assert h.decoder.backend == "cuda"
+        spy = DecoderSpy(h)
+        calls.n = 0
+        got = m.generate(**kw)
+        assert calls.n == 0, "the stock depth decoder ran under depthdec.hf"
+        assert spy.calls == [True] * steps, "not every frame took the device path (all-CUDA arguments)"
+        assert spy.syncs == 1  # once, at the end of the generate call
+        assert got.is_cuda and torch.equal(got, ref)
+
+        # sampled, backend cuda (device path): captured backbone states for the frame-by-frame check below
+        T, K, S, F = 0.8, 20, 2**64 - 2, 2**64 - 3  # keys that wrap mod 2**64 within the batch and the steps
+        sample = dict(do_sample=False, depth_decoder_do_sample=True, depth_decoder_temperature=T,
+                      depth_decoder_top_k=K, depthdec_seed=S, depthdec_frame=F)
+        skw = cuda_kw(dict(prompt(m, B, 5, 4), max_new_tokens=steps, **sample))
+        cap = BackboneHidden(m)
+        sampled = m.generate(**skw)
+        cap.remove()
+        assert spy.calls == [True] * (2 * steps) and spy.syncs == 2
+        assert torch.equal(m.generate(**skw), sampled)  # reproducible
+        # frame by frame: a cuda Decoder's host path (bit-identical to its device path by contract) on the same
+        # hidden states, c0 and keys (row b: S + b, frame F + s, mod 2**64)
+        dec = depthdec.Decoder(h.dd_model, backend="cuda")
+        seeds = (S + np.arange(B, dtype=np.uint64)).astype(np.uint64)
+        for s in range(sampled.shape[1]):
+            want = dec.generate(cap.h[s].cpu().numpy(), c0=sampled[:, s, 0].cpu().numpy(), seed=seeds,
+                                frame=np.full(B, (F + s) % 2**64, dtype=np.uint64), temperature=T, top_k=K)
+            assert np.array_equal(sampled[:, s, :].cpu().numpy(), want), "frame %d" % s
+        h.restore()
+
+        # backend cpu on the same CUDA model: the host path (hidden copied each frame), the same codes (the cpu and
+        # cuda backends' logits agree to a tolerance, not bit for bit: a near-tie could split them, none expected here)
+        hc = depthdec.hf.accelerate(m, backend="cpu")
+        assert torch.equal(m.generate(**kw), ref)
+        assert torch.equal(m.generate(**skw), sampled)
+        hc.restore()
+        calls.remove()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+
+
+@needs_cuda
+def test_cuda_device_error_raised_by_generate():
+    m = load_fixture().cuda()
+    kw = cuda_kw(dict(prompt(m, 2, 4, 3), max_new_tokens=4, **GREEDY))
+    h = depthdec.hf.accelerate(m, backend="cuda")
+    ref = m.generate(**kw)
+    spy = DecoderSpy(h)
+    calls, r = nan_hook(m, 3)
+    with pytest.raises(depthdec.Error) as e:
+        m.generate(**kw)
+    r.remove()
+    # the NaN frame did not stop the loop (the frame call returned); the error came from the sync ending the call
+    # (the loop may stop early anyway: a failed frame's clamped codes can read as codebook EOS)
+    assert len(spy.calls) == len(calls) >= 3 and all(spy.calls)
+    assert spy.syncs == 1 and spy.sync_errors == [e.value]
+    assert e.value.code == depthdec.Status.ENUMERIC, str(e.value)
+    assert torch.equal(m.generate(**kw), ref)  # reported once, then cleared
+    h.restore()

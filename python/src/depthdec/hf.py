@@ -30,9 +30,19 @@ by ``model.generate(..., depthdec_seed=S, depthdec_frame=F)``. So a sampled gene
 (top_p < 1, min_p, typical_p < 1, repetition_penalty != 1, ...) on the depth decoder raise depthdec.Error instead
 of being ignored.
 
-Devices. The model may be on any device; the hidden state is copied to the host each frame and the codes back
-(the device-pointer path of issue 15 point 1 is not in this package yet). With ``backend="auto"`` depthdec picks
-its fastest backend available here (the Python package is built without CUDA: cpu).
+Devices. The model may be on any device. When the decoder's backend is "cuda" (``backend="cuda"``, or "auto" on a
+package built with ``DEPTHDEC_CUDA=1`` and a GPU present) and the backbone's hidden state is a CUDA tensor, each frame
+stays on the device (``Decoder.generate`` on CUDA tensors, docs/device_api.md): the hidden state as it is (converted to
+float32 on the device), c0 = ``input_ids[:, 1]``, and the keys above as CUDA int64 tensors holding the uint64 bits (row
+b: seed + b, frame + s, both mod 2**64) — the host path's keys, so the host path's codes (bit for bit on the same
+backend; ``backend="cpu"`` agrees up to rare floating-point near-ties between backends). The frame is enqueued on
+torch's current stream with no host copy and no synchronisation; errors depthdec finds on the device (a non-finite
+hidden state, a c0 out of range) are raised by the ``Decoder.sync()`` that ends every ``model.generate`` call that took
+this path (so ``model.generate`` raises them, after the whole generation ran; until then the codes of a failed frame are
+clamped into [0, V) so that the backbone's embedding lookup of the next step cannot fault on them). Otherwise (a cpu/ref
+decoder, or a model on the host) the hidden state is copied to the host each frame and the codes back. The Python
+package has the cuda backend only when built with ``DEPTHDEC_CUDA=1``; without it ``backend="auto"`` picks cpu and a
+CUDA model takes the host path.
 """
 
 from . import ArgumentError, Decoder, Error, Model, Status
@@ -41,6 +51,11 @@ __all__ = ["accelerate", "restore", "Accelerated"]
 
 _ATTR = "_depthdec_hf"
 _TABLE = "backbone_model.embed_tokens.embed_audio_tokens.weight"
+
+
+def _i64(v):
+    """The int64 with the bits of the uint64 v (what the device path's key tensors hold)."""
+    return v - 2**64 if v >= 2**63 else v
 
 
 def _depth_weights(model):
@@ -97,7 +112,10 @@ class Accelerated:
         self.model = model
         self.dd_model = Model.from_tensors(model.config.to_dict(), _depth_weights(model))
         self.decoder = Decoder(self.dd_model, backend=backend, max_batch=max_batch, threads=threads)
+        self._V = self.dd_model.config["codebook_size"]
         self._step = 0  # backbone steps of the current generate call
+        self._device_used = False  # the current generate call took the device path (then it ends with sync())
+        self._dev_seeds = None  # the call's seed tensor on the device (row b: seed + b), made at its first frame
         self._call_seed, self._call_frame = self.seed, self.frame
         dd = model.depth_decoder
         self._saved = {"depth": dd.__dict__.get("generate"), "model": model.__dict__.get("generate")}
@@ -112,7 +130,20 @@ class Accelerated:
         self._call_seed = self.seed if depthdec_seed is None else _u64_scalar(depthdec_seed, "depthdec_seed")
         self._call_frame = self.frame if depthdec_frame is None else _u64_scalar(depthdec_frame, "depthdec_frame")
         self._step = 0
-        return self._stock_generate(*args, **kwargs)
+        self._device_used, self._dev_seeds = False, None
+        try:
+            out = self._stock_generate(*args, **kwargs)
+        except BaseException as e:
+            if self._device_used:  # report what is in flight; a device error of this call is only noted on it
+                try:
+                    self.decoder.sync()
+                except Exception as se:
+                    if hasattr(e, "add_note"):
+                        e.add_note("depthdec.hf: the depth decoder also reported: %s" % se)
+            raise
+        if self._device_used:
+            self.decoder.sync()  # raises what depthdec found on the device during this call
+        return out
 
     def _depth_generate(self, input_ids=None, backbone_last_hidden_state=None, **kwargs):
         """Stands in for CsmDepthDecoderForCausalLM.generate as CsmGenerationMixin._sample calls it."""
@@ -125,14 +156,36 @@ class Accelerated:
         greedy, t, k = _sampling(self.model.depth_decoder.generation_config)
         B = input_ids.shape[0]
         dev = input_ids.device
-        h = backbone_last_hidden_state.detach().to("cpu", torch.float32)
-        c0 = input_ids[:, 1].detach().to("cpu")
-        seeds = torch.arange(B, dtype=torch.int64).numpy().astype("uint64") + self._call_seed  # wraps mod 2**64
         frame = (self._call_frame + self._step) % 2**64
-        codes = self.decoder.generate(h, c0=c0, seed=seeds, frame=[frame] * B, temperature=t, top_k=k,
-                                      greedy=greedy)
+        hs = backbone_last_hidden_state.detach()
+        if self.decoder.backend == "cuda" and hs.is_cuda:
+            codes = self._device_codes(torch, hs, input_ids[:, 1].detach(), frame, t, k, greedy)
+        else:
+            h = hs.to("cpu", torch.float32)
+            c0 = input_ids[:, 1].detach().to("cpu")
+            seeds = torch.arange(B, dtype=torch.int64).numpy().astype("uint64") + self._call_seed  # wraps mod 2**64
+            codes = self.decoder.generate(h, c0=c0, seed=seeds, frame=[frame] * B, temperature=t, top_k=k,
+                                          greedy=greedy)
         self._step += 1
         return torch.cat([input_ids[:, :1], codes.to(device=dev, dtype=input_ids.dtype)], dim=1)
+
+    def _device_codes(self, torch, h, c0, frame, t, k, greedy):
+        """One frame on the device (CUDA hidden state, cuda decoder): the host path's keys as CUDA int64 tensors of
+        their uint64 bits, enqueued on torch's current stream, no synchronisation (the generate call ends with
+        sync())."""
+        B, dev = h.shape[0], h.device
+        if self._dev_seeds is None or self._dev_seeds.shape[0] != B or self._dev_seeds.device != dev:
+            # row b: seed + b mod 2**64, as int64 bits (torch's int64 add wraps like the host path's uint64 add)
+            self._dev_seeds = torch.arange(B, dtype=torch.int64, device=dev).add_(_i64(self._call_seed))
+        frames = torch.full((B,), _i64(frame), dtype=torch.int64, device=dev)
+        if c0.device != dev:
+            c0 = c0.to(dev)
+        self._device_used = True
+        codes = self.decoder.generate(h, c0=c0, seed=self._dev_seeds, frame=frames, temperature=t, top_k=k,
+                                      greedy=greedy)
+        # a frame that failed on the device (reported by the sync() ending the call) leaves torch.empty's values:
+        # keep them valid indices for the backbone's next embedding lookup (a no-op on every frame that succeeded)
+        return codes.clamp_(0, self._V - 1)
 
     def restore(self):
         """Put the stock depth decoder (and generate) back. Idempotent."""
@@ -157,7 +210,9 @@ def accelerate(model, backend="auto", max_batch=64, threads=0, seed=0, frame=0):
     """Make `model` (a transformers CsmForConditionalGeneration, transformers >= 5) run its depth decoder on
     depthdec inside its own generate; returns an Accelerated handle (handle.restore() or restore(model) undoes it).
 
-    backend, max_batch, threads: the depthdec Decoder's (see depthdec.Decoder). seed, frame: the sampling keys
+    backend, max_batch, threads: the depthdec Decoder's (see depthdec.Decoder); a cuda decoder with the model on a
+    CUDA device keeps every frame on the device and model.generate then ends with Decoder.sync() (module doc,
+    "Devices"). seed, frame: the sampling keys
     (module doc: row b is stream seed + b, frame index frame + backbone step). Raises depthdec.Error when the model
     is not a CSM model, is already accelerated, or its weights cannot be read (the message names the tensor)."""
     if getattr(model, _ATTR, None) is not None:
