@@ -37,7 +37,7 @@ static const synth_dims kinds[] = {
      * codebooks of 2048, temporal width 4096, D 1024, 6 layers, 16 heads of 64, dim_feedforward 4224 -> gated width
      * 2 * 4224 / 3 = 2816 (fc1 [5632, 1024] per position), text vocab 32000 (+1 row) */
     {"moshi", 1, 8, 2048, 4096, 1024, 6, 16, 16, 64, 2816, 0, 0, 0, 1, 32000},
-    {"tiny-moshi", 1, 8, 64, 96, 64, 2, 4, 2, 16, 96, 0, 0, 0, 1, 50}, /* GQA on purpose (the published has none) */
+    {"tiny-moshi", 1, 8, 64, 128, 64, 2, 4, 2, 16, 128, 0, 0, 0, 1, 50}, /* GQA on purpose (the published has none) */
 };
 
 static uint64_t splitmix(uint64_t *s) {
