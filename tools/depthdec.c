@@ -23,17 +23,19 @@ static const char *USAGE =
     "  generate --model M --hidden H.npy [--c0 C.npy] --out CODES.npy [--seed S] [--frame F]\n"
     "           [--temperature T] [--top-k K] [--greedy] [--backend B] [--threads N] [--batch N]\n"
     "           [--next-embed E.npy]       (Qwen3: also the talker's next input embedding of each frame)\n"
-    "  score --model M --hidden H.npy --codes C.npy --out LOGITS.npy [--logits0 L0.npy] [--backend B]\n"
-    "  bench [--model M | --synthetic gpt|csm|qwen3tts] [--weights f32|f16|bf16|q8|q4] [--batch B] [--frames N]\n"
+    "           [--text T.npy]             (Moshi: the frame's text token per row, int32 [N], required)\n"
+    "  score --model M --hidden H.npy --codes C.npy --out LOGITS.npy [--logits0 L0.npy] [--backend B] [--text T.npy]\n"
+    "  bench [--model M | --synthetic gpt|csm|qwen3tts|moshi] [--weights f32|f16|bf16|q8|q4] [--batch B] [--frames N]\n"
     "        [--backend B] [--threads N] [--json FILE]\n"
-    "  export (--synthetic gpt|csm|qwen3tts|tiny-gpt|tiny-llama|tiny-qwen3 [--weights W] | --model M [--weights f32|f16|bf16])\n"
+    "  export (--synthetic gpt|csm|qwen3tts|moshi|tiny-gpt|tiny-llama|tiny-qwen3|tiny-moshi [--weights W] | --model M [--weights f32|f16|bf16])\n"
     "         --out FILE.safetensors      write a native file (converting/dequantizing with --weights)\n"
     "  quantize IN OUT --bits 8|4 [--group-size 32|64|128] [--embeddings] [--scale-type f32|f16|bf16]\n"
-    "  quality (MODEL | --synthetic gpt|csm|qwen3tts|tiny-gpt|tiny-llama|tiny-qwen3) [--group-size G] [--rows N] [--backend B]\n"
+    "  quality (MODEL | --synthetic KIND) [--group-size G] [--rows N] [--backend B]\n"
     "          [--hidden H.npy --codes C.npy]   8- and 4-bit logit error and top-1 agreement per level\n"
     "\n"
-    "MODEL is a native .safetensors file or an HF directory: CSM or a Qwen3 code predictor (config.json +\n"
-    "model.safetensors[.index.json]; Qwen3: + the talker codec table's .safetensors).\n";
+    "MODEL is a native .safetensors file or an HF directory: CSM, a Qwen3 code predictor or Kyutai Moshi's\n"
+    "depformer (config.json + model.safetensors[.index.json]; Qwen3: + the talker codec table's .safetensors;\n"
+    "Moshi: MoshiForConditionalGeneration or MoshiDepthDecoder as transformers saves them).\n";
 /* then the "Backends: ..." line (print_usage), then: */
 static const char *USAGE_TAIL =
     "Rows of --hidden are consecutive frames of one stream: row n uses seed S and frame F + n.\n"
@@ -246,8 +248,13 @@ static void print_config(const dd_model *m) {
     printf("block        %s\n", c->block == DD_BLOCK_GPT ? "gpt (LayerNorm, GELU)"
                                  : c->has_qk_norm          ? "llama with q/k norms (Qwen3 code predictor: RMSNorm, "
                                                              "per-head q/k RMSNorm before RoPE, SwiGLU)"
+                                 : c->per_position         ? "Moshi depformer (RMSNorm, SwiGLU, no RoPE, no final norm; "
+                                                             "per-position weights: pass p uses slice p of every matrix)"
                                                            : "llama (RMSNorm, SwiGLU, RoPE)");
-    printf("levels       %d (%d passes per frame)\n", c->levels, c->levels - 1);
+    printf("levels       %d (%d passes per frame)\n", c->levels, c->per_position ? c->levels : c->levels - 1);
+    if (c->text_vocab)
+        printf("text         token per frame in [0, %d] (position 0's input; %d = the extra row); codes as input in "
+               "[0, %d] (%d = pad/initial)\n", c->text_vocab, c->text_vocab, c->codebook_size, c->codebook_size);
     printf("codebook     %d\n", c->codebook_size);
     printf("input_dim    %d%s\n", c->input_dim, c->has_in_proj ? " (in_proj)" : " (no in_proj)");
     printf("dim          %d, %d layers, %d heads x %d (kv heads %d), ffn %d, eps %g\n", c->dim, c->layers, c->heads,
@@ -260,7 +267,9 @@ static void print_config(const dd_model *m) {
         printf("\n");
     }
     printf("positions    %s\n", c->has_pos ? "learned" : (c->has_rope ? "rope" : "none"));
-    printf("head0        %s\n", c->has_head0 ? "yes (can sample c0)" : "no (c0 must be given)");
+    printf("head0        %s\n", c->per_position ? "position 0's head (samples c0)"
+                                 : c->has_head0   ? "yes (can sample c0)"
+                                                  : "no (c0 must be given)");
     printf("embeddings   %s\n", c->embed_in_input_space ? "input space (through in_proj each pass)" : "model space");
     printf("weights      %s", dd_dtype_name(c->weight_type));
     if (c->quant_bits) printf(" (MLX affine, %d-bit, group %d)", c->quant_bits, c->quant_group);
@@ -428,13 +437,52 @@ static int32_t *read_codes(const dd_model *m, const char *path, const char *what
     return c;
 }
 
+/* Moshi's text tokens: int32/int64 [n] in [0, text_vocab] (message names the file row). A model that takes no text
+ * refuses the option (the library's input check says so). */
+static int32_t *read_text(const dd_model *m, const char *path, int64_t n) {
+    dd_npy a;
+    dd_error e;
+    if (dd_npy_read(path, &a, &e)) {
+        fail(&e);
+        return NULL;
+    }
+    int32_t *t = NULL;
+    if (npy_input_ok(m, DD_INPUT_TEXT, &a, n, path, "--text") &&
+        dd_npy_to_i32(&a, path, "--text", 1, (int64_t[]){n}, &t, &e))
+        fail(&e);
+    dd_npy_free(&a);
+    const int TV = dd_model_config(m)->text_vocab;
+    for (int64_t i = 0; t && i < n; i++)
+        if (t[i] < 0 || t[i] > TV) {
+            fprintf(stderr, "depthdec: %s (--text): row %lld: token %d outside [0, %d]\n", path, (long long)i, (int)t[i],
+                    TV);
+            free(t);
+            return NULL;
+        }
+    return t;
+}
+
+/* Text tokens when the model takes them: --text required then; 1 = ok (*t may stay NULL), 0 = failed (reported). */
+static int want_text(const dd_model *m, const char *model, const char *tp, int64_t n, int32_t **t) {
+    *t = NULL;
+    if (!dd_model_config(m)->text_vocab && !tp) return 1;
+    if (!tp) {
+        fprintf(stderr, "depthdec: %s: the model (Moshi's depformer) needs the frame's text token per row: --text T.npy\n",
+                model);
+        return 0;
+    }
+    return (*t = read_text(m, tp, n)) != NULL;
+}
+
 static int cmd_generate(opts *o) {
     if (opt_flag(o, "--help")) {
         printf("usage: depthdec generate --model M --hidden H.npy [--c0 C.npy] --out CODES.npy [--seed S]\n"
                "       [--frame F] [--temperature T] [--top-k K] [--greedy] [--backend B] [--threads N] [--batch N]\n"
-               "       [--next-embed E.npy]\n"
+               "       [--next-embed E.npy] [--text T.npy]\n"
                "H.npy float32/float16 [N, input_dim]; C.npy int32/int64 [N]; writes int32 [N, levels].\n"
                "Row n is frame F + n of one stream seeded S; without --c0, c0 is sampled from head0.\n"
+               "--text (Moshi's depformer, required there): int32/int64 [N], the frame's text token per row, in\n"
+               "[0, text_vocab]; Moshi samples c0 itself (from position 0) unless --c0 is given (then in [0, V]).\n"
                "--next-embed (Qwen3 predictors loaded from their HF directory): also writes float32 [N, input_dim],\n"
                "the talker's next input embedding of each frame's codes (c0's talker row + the predictor's tables).\n");
         return 0;
@@ -442,7 +490,7 @@ static int cmd_generate(opts *o) {
     const char *model = opt_str(o, "--model"), *hid = opt_str(o, "--hidden"), *c0p = opt_str(o, "--c0"),
                *out = opt_str(o, "--out"), *sd = opt_str(o, "--seed"), *fr = opt_str(o, "--frame"),
                *tp = opt_str(o, "--temperature"), *tk = opt_str(o, "--top-k"), *th = opt_str(o, "--threads"),
-               *bt = opt_str(o, "--batch"), *nep = opt_str(o, "--next-embed");
+               *bt = opt_str(o, "--batch"), *nep = opt_str(o, "--next-embed"), *txp = opt_str(o, "--text");
     int greedy = opt_flag(o, "--greedy");
     dd_backend b = opt_backend(o);
     const char *pos[1];
@@ -464,7 +512,7 @@ static int cmd_generate(opts *o) {
     const dd_config *c = dd_model_config(m);
     int64_t n = 0;
     int rc = 1;
-    int32_t *c0 = NULL, *codes = NULL;
+    int32_t *c0 = NULL, *codes = NULL, *text = NULL;
     uint64_t *seeds = NULL, *frames = NULL;
     float *emb = NULL, *h = NULL;
     dd_decoder *d = NULL;
@@ -474,7 +522,9 @@ static int cmd_generate(opts *o) {
         goto done;
     }
     if (!(h = read_hidden(m, hid, &n))) goto done;
-    if (c0p && !(c0 = read_codes(m, c0p, "--c0", 1, (int64_t[]){n}, c->codebook_size))) goto done;
+    if (c0p && !(c0 = read_codes(m, c0p, "--c0", 1, (int64_t[]){n}, c->codebook_size + (c->per_position ? 1 : 0))))
+        goto done;
+    if (!want_text(m, model, txp, n, &text)) goto done;
     if (!c0 && !c->has_head0) {
         fprintf(stderr, "depthdec: %s: the model has no head0, so --c0 is required\n", model);
         goto done;
@@ -496,8 +546,8 @@ static int cmd_generate(opts *o) {
     for (int64_t r = 0; r < n; r += batch) {
         int k = (int)(n - r < batch ? n - r : batch);
         progress_line(t0, "generate", r, n, "rows");
-        if (dd_decode(d, k, h + r * c->input_dim, c0 ? c0 + r : NULL, seeds + r, frames + r, &s,
-                      codes + r * c->levels, &e)) {
+        if (dd_decode_text(d, k, h + r * c->input_dim, text ? text + r : NULL, c0 ? c0 + r : NULL, seeds + r,
+                           frames + r, &s, codes + r * c->levels, &e)) {
             /* name the file row, not the batch row */
             progress_end();
             fprintf(stderr, "depthdec: %s: rows %lld..%lld: %s\n", hid, (long long)r, (long long)(r + k - 1), e.msg);
@@ -532,6 +582,7 @@ static int cmd_generate(opts *o) {
 done:
     free(h);
     free(c0);
+    free(text);
     free(codes);
     free(seeds);
     free(frames);
@@ -544,13 +595,15 @@ done:
 static int cmd_score(opts *o) {
     if (opt_flag(o, "--help")) {
         printf("usage: depthdec score --model M --hidden H.npy --codes C.npy --out LOGITS.npy [--logits0 L0.npy]\n"
-               "       [--backend B] [--threads N]\n"
+               "       [--backend B] [--threads N] [--text T.npy]\n"
                "Writes float32 [N, levels-1, V]: teacher-forced logits of levels 1..Q-1 given the codes, and with\n"
-               "--logits0 float32 [N, V] = head0 . hidden (needs head0).\n");
+               "--logits0 float32 [N, V] = head0 . hidden (needs head0; Moshi: the logits of c0 at position 0).\n"
+               "--text (Moshi, required there): int32/int64 [N] text tokens; its codes may hold V (pad/initial).\n");
         return 0;
     }
     const char *model = opt_str(o, "--model"), *hid = opt_str(o, "--hidden"), *cp = opt_str(o, "--codes"),
-               *out = opt_str(o, "--out"), *l0p = opt_str(o, "--logits0"), *th = opt_str(o, "--threads");
+               *out = opt_str(o, "--out"), *l0p = opt_str(o, "--logits0"), *th = opt_str(o, "--threads"),
+               *tp = opt_str(o, "--text");
     dd_backend b = opt_backend(o);
     const char *pos[1];
     if (positionals(o, pos, 0)) die_usage("score takes no positional arguments");
@@ -562,12 +615,13 @@ static int cmd_score(opts *o) {
     const dd_config *c = dd_model_config(m);
     int Q = c->levels, V = c->codebook_size, rc = 1;
     int64_t n = 0;
-    int32_t *codes = NULL;
+    int32_t *codes = NULL, *text = NULL;
     float *lg = NULL, *l0 = NULL;
     dd_decoder *d = NULL;
     float *h = read_hidden(m, hid, &n);
     if (!h) goto done;
-    if (!(codes = read_codes(m, cp, "--codes", 2, (int64_t[]){n, Q}, V))) goto done;
+    if (!(codes = read_codes(m, cp, "--codes", 2, (int64_t[]){n, Q}, V + (c->per_position ? 1 : 0)))) goto done;
+    if (!want_text(m, model, tp, n, &text)) goto done;
     if (l0p && !c->has_head0) {
         fprintf(stderr, "depthdec: %s: the model has no head0, so --logits0 cannot be written\n", model);
         goto done;
@@ -584,7 +638,8 @@ static int cmd_score(opts *o) {
     for (int64_t r = 0; r < n; r += batch) {
         int k = (int)(n - r < batch ? n - r : batch);
         progress_line(t0, "score", r, n, "rows");
-        if (dd_score(d, k, h + r * c->input_dim, codes + r * Q, lg + r * (Q - 1) * V, l0 ? l0 + r * V : NULL, &e)) {
+        if (dd_score_text(d, k, h + r * c->input_dim, text ? text + r : NULL, codes + r * Q, lg + r * (Q - 1) * V,
+                          l0 ? l0 + r * V : NULL, &e)) {
             progress_end();
             fprintf(stderr, "depthdec: %s / %s: rows %lld..%lld: %s\n", hid, cp, (long long)r, (long long)(r + k - 1),
                     e.msg);
@@ -623,6 +678,7 @@ static int cmd_score(opts *o) {
 done:
     free(h);
     free(codes);
+    free(text);
     free(lg);
     free(l0);
     dd_decoder_free(d);
@@ -634,7 +690,7 @@ done:
 
 static int cmd_bench(opts *o) {
     if (opt_flag(o, "--help")) {
-        printf("usage: depthdec bench [--model M | --synthetic gpt|csm|qwen3tts] [--weights f32|f16|bf16|q8|q4] [--batch B]\n"
+        printf("usage: depthdec bench [--model M | --synthetic gpt|csm|qwen3tts|moshi] [--weights f32|f16|bf16|q8|q4] [--batch B]\n"
                "       [--frames N] [--backend B] [--threads N] [--json FILE]\n"
                "Times whole frames (all passes, c0 given) of B streams; prints the median ms/frame beside the\n"
                "floor = weight bytes per frame / read bandwidth measured in the same run.\n");
@@ -648,8 +704,8 @@ static int cmd_bench(opts *o) {
     if (positionals(o, pos, 0)) die_usage("bench takes no positional arguments");
     if (model && syn) die_usage("give either --model or --synthetic, not both");
     if (model && wt) die_usage("--weights applies to --synthetic models only (a file has its own types)");
-    if (syn && strcmp(syn, "gpt") && strcmp(syn, "csm") && strcmp(syn, "qwen3tts"))
-        die_usage("--synthetic '%s': want gpt, csm or qwen3tts", syn);
+    if (syn && strcmp(syn, "gpt") && strcmp(syn, "csm") && strcmp(syn, "qwen3tts") && strcmp(syn, "moshi"))
+        die_usage("--synthetic '%s': want gpt, csm, qwen3tts or moshi", syn);
     if (!model && !syn) syn = "gpt";
     dd_dtype w = wt ? parse_weights(wt) : DD_BF16;
     int batch = bt ? (int)parse_int("--batch", bt, 1, 4096) : 1;
@@ -669,10 +725,11 @@ static int cmd_bench(opts *o) {
     size_t nh = (size_t)batch * c->input_dim;
     float *h = malloc(nh * sizeof *h);
     int32_t *c0 = malloc((size_t)batch * sizeof *c0), *codes = malloc((size_t)batch * c->levels * sizeof *codes);
+    int32_t *text = c->text_vocab ? malloc((size_t)batch * sizeof *text) : NULL; /* Moshi: a text token per stream */
     uint64_t *seeds = malloc((size_t)batch * sizeof *seeds), *fidx = malloc((size_t)batch * sizeof *fidx);
     double *ms = malloc((size_t)frames * sizeof *ms);
     int rc = 0;
-    if (!h || !c0 || !codes || !seeds || !fidx || !ms) {
+    if (!h || !c0 || !codes || !seeds || !fidx || !ms || (c->text_vocab && !text)) {
         fprintf(stderr, "depthdec: out of memory\n");
         rc = 1;
     }
@@ -680,6 +737,7 @@ static int cmd_bench(opts *o) {
     dd_sampling s = dd_sampling_default();
     for (int i = 0; !rc && i < batch; i++) {
         c0[i] = (int32_t)((i * 7919u) % (unsigned)c->codebook_size);
+        if (text) text[i] = (int32_t)((i * 104729u) % (unsigned)(c->text_vocab + 1));
         seeds[i] = (uint64_t)i;
     }
     /* one warm-up frame, then `frames` timed frames */
@@ -688,7 +746,7 @@ static int cmd_bench(opts *o) {
         if (f >= 0) progress_line(t0, "bench", f, frames, "frames");
         for (int i = 0; i < batch; i++) fidx[i] = (uint64_t)(f + 1);
         double a = now_ms();
-        if (dd_decode(d, batch, h, c0, seeds, fidx, &s, codes, &e)) rc = fail(&e);
+        if (dd_decode_text(d, batch, h, text, c0, seeds, fidx, &s, codes, &e)) rc = fail(&e);
         if (f >= 0) ms[f] = now_ms() - a;
     }
     progress_end();
@@ -696,6 +754,7 @@ static int cmd_bench(opts *o) {
     /* each of the Q-1 passes reads (about) the same matrices: one pass's share is the working set a cache would
      * have to hold for the later passes of a frame to be served from it; measured where the backend can */
     uint64_t ws_bytes = dd_model_weight_bytes_per_frame(m) / (uint64_t)(c->levels - 1);
+    if (c->per_position) ws_bytes = dd_model_weight_bytes_per_frame(m); /* Moshi: each pass its own slices */
     if (!rc && dd_measure_read_bandwidth(used, threads, &gbps, &e)) rc = fail(&e);
     if (!rc && ws_bytes >= (1u << 20)) {
         dd_status st = dd_measure_read_bandwidth_size(used, threads, ws_bytes, &ws_gbps, &e);
@@ -719,15 +778,22 @@ static int cmd_bench(opts *o) {
                dd_backend_info_get(used)->bandwidth_method, floor_ms, med / floor_ms);
         double ws_floor = ws_gbps > 0 ? bytes / (ws_gbps * 1e9) * 1e3 : 0;
         if (ws_gbps > 0)
-            printf("  read bandwidth %.2f GB/s over one pass's working set (%.1f MB) -> floor %.3f ms/frame, ratio "
-                   "%.3f\n", ws_gbps, ws_bytes / 1e6, ws_floor, med / ws_floor);
+            printf("  read bandwidth %.2f GB/s over %s working set (%.1f MB) -> floor %.3f ms/frame, ratio "
+                   "%.3f\n", ws_gbps, c->per_position ? "a frame's" : "one pass's", ws_bytes / 1e6, ws_floor,
+                   med / ws_floor);
         /* what the floors mean: the first reads a buffer larger than any cache, so it is a DRAM (or HBM) figure;
          * weights that stay in a cache between passes are read faster, and that ratio can drop below 1 */
         long l3 = used == DD_BACKEND_CUDA ? 0 : sysconf(_SC_LEVEL3_CACHE_SIZE);
-        printf("  floors         = %.1f MB per frame / a read bandwidth: the first from a buffer larger than the\n"
-               "                 caches (a DRAM figure; ratio < 1: faster than streaming every weight from memory),\n"
-               "                 the second from one pass's weights (the %d passes of a frame read the same layers)",
-               bytes / 1e6, c->levels - 1);
+        if (c->per_position)
+            printf("  floors         = %.1f MB per frame / a read bandwidth: the first from a buffer larger than the\n"
+                   "                 caches (a DRAM figure), the second from one frame's weights (per-position\n"
+                   "                 weights: each of the %d passes reads its own slices, so a frame is the working set)",
+                   bytes / 1e6, c->levels);
+        else
+            printf("  floors         = %.1f MB per frame / a read bandwidth: the first from a buffer larger than the\n"
+                   "                 caches (a DRAM figure; ratio < 1: faster than streaming every weight from memory),\n"
+                   "                 the second from one pass's weights (the %d passes of a frame read the same layers)",
+                   bytes / 1e6, c->levels - 1);
         if (l3 > 0) printf(";\n                 this host's L3 (%.0f MB) %s that working set", l3 / 1e6,
                            (double)l3 >= (double)ws_bytes ? "holds" : "cannot hold");
         if (ws_gbps <= 0)
@@ -765,6 +831,7 @@ static int cmd_bench(opts *o) {
     }
     free(h);
     free(c0);
+    free(text);
     free(codes);
     free(seeds);
     free(fidx);
@@ -778,7 +845,7 @@ static int cmd_bench(opts *o) {
 
 static int cmd_export(opts *o) {
     if (opt_flag(o, "--help")) {
-        printf("usage: depthdec export (--synthetic gpt|csm|qwen3tts|tiny-gpt|tiny-llama|tiny-qwen3 [--weights W] | --model M) --out F\n"
+        printf("usage: depthdec export (--synthetic gpt|csm|qwen3tts|moshi|tiny-gpt|tiny-llama|tiny-qwen3|tiny-moshi [--weights W] | --model M) --out F\n"
                "Writes the model as a native .safetensors file (config in __metadata__), e.g. for other engines.\n");
         return 0;
     }
@@ -900,7 +967,7 @@ static int cmd_quality(opts *o) {
     int Q = c->levels, V = c->codebook_size, rc = 1;
     int64_t n = rows;
     float *h = NULL, *ld = NULL, *lq = NULL;
-    int32_t *codes = NULL;
+    int32_t *codes = NULL, *text = NULL;
     if (hp) {
         if (!(h = read_hidden(m, hp, &n)) || !(codes = read_codes(m, cp, "--codes", 2, (int64_t[]){n, Q}, V)))
             goto done;
@@ -915,6 +982,10 @@ static int cmd_quality(opts *o) {
             codes[i] = (int32_t)((s >> 33) % (uint64_t)V);
         }
     }
+    if (c->text_vocab) { /* Moshi: a text token per row (deterministic; --text is not an option of quality) */
+        if (!(text = malloc((size_t)n * sizeof *text))) goto done;
+        for (int64_t i = 0; i < n; i++) text[i] = (int32_t)((i * 104729u) % (unsigned)(c->text_vocab + 1));
+    }
     size_t nl = (size_t)n * (Q - 1) * V;
     ld = malloc(nl * sizeof *ld);
     lq = malloc(nl * sizeof *lq);
@@ -927,7 +998,9 @@ static int cmd_quality(opts *o) {
     for (int64_t r = 0; r < n && ok; r += batch) {
         int k = (int)(n - r < batch ? n - r : batch);
         progress_line(t0, "quality: dense model", r, n, "rows");
-        if (dd_score(d, k, h + r * c->input_dim, codes + r * Q, ld + r * (Q - 1) * V, NULL, &e)) ok = !fail(&e);
+        if (dd_score_text(d, k, h + r * c->input_dim, text ? text + r : NULL, codes + r * Q, ld + r * (Q - 1) * V,
+                          NULL, &e))
+            ok = !fail(&e);
     }
     printf("quality: %s, %lld rows (%s), backend %s; error = |quantized - dense| / max|dense| per level\n",
            dd_model_source(m), (long long)n, hp ? "given inputs" : "random hidden states and codes",
@@ -948,7 +1021,9 @@ static int cmd_quality(opts *o) {
         for (int64_t r = 0; r < n && ok; r += batch) {
             int k = (int)(n - r < batch ? n - r : batch);
             progress_line(t0, p.bits == 8 ? "quality: 8-bit model" : "quality: 4-bit model", r, n, "rows");
-            if (dd_score(dq, k, h + r * c->input_dim, codes + r * Q, lq + r * (Q - 1) * V, NULL, &e)) ok = !fail(&e);
+            if (dd_score_text(dq, k, h + r * c->input_dim, text ? text + r : NULL, codes + r * Q,
+                              lq + r * (Q - 1) * V, NULL, &e))
+                ok = !fail(&e);
         }
         progress_end();
         dd_decoder_free(dq);
@@ -985,6 +1060,7 @@ static int cmd_quality(opts *o) {
 done:
     free(h);
     free(codes);
+    free(text);
     free(ld);
     free(lq);
     dd_model_free(mq[0]);
