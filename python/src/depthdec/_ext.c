@@ -256,6 +256,8 @@ static PyObject *model_config(PyObject *self, PyObject *cap) {
     bad |= dict_set(d, "has_pos", PyBool_FromLong(c->has_pos));
     bad |= dict_set(d, "embed_in_input_space", PyBool_FromLong(c->embed_in_input_space));
     bad |= dict_set(d, "has_qk_norm", PyBool_FromLong(c->has_qk_norm));
+    bad |= dict_set(d, "per_position", PyBool_FromLong(c->per_position));
+    bad |= dict_set(d, "text_vocab", PyLong_FromLong(c->text_vocab));
     if (bad) {
         Py_DECREF(d);
         return NULL;
@@ -410,14 +412,15 @@ static PyObject *raise_rows(const dd_error *e, Py_ssize_t r, int k, Py_ssize_t n
 }
 
 /* decode(dec, n, hidden f32[n*I], c0 i32[n] | None, seeds u64[n], frames u64[n], temperature, top_k,
- *        codes_out i32[n*Q]) -> None. Rows are split into batches of max_batch; the GIL is released meanwhile. */
+ *        codes_out i32[n*Q], text i32[n] | None) -> None. Rows are split into batches of max_batch; the GIL is
+ *        released meanwhile. */
 static PyObject *decode(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *cap, *ho, *c0o, *so, *fo, *outo;
+    PyObject *cap, *ho, *c0o, *so, *fo, *outo, *to = Py_None;
     Py_ssize_t n;
     float temperature;
     int top_k;
-    if (!PyArg_ParseTuple(args, "OnOOOOfiO:decode", &cap, &n, &ho, &c0o, &so, &fo, &temperature, &top_k, &outo))
+    if (!PyArg_ParseTuple(args, "OnOOOOfiO|O:decode", &cap, &n, &ho, &c0o, &so, &fo, &temperature, &top_k, &outo, &to))
         return NULL;
     struct py_decoder *pd = get_decoder(cap);
     if (!pd) return NULL;
@@ -430,6 +433,9 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     if (get_buf(so, &s, n, 8, 0, "seeds") < 0) goto rel_c0;
     if (get_buf(fo, &f, n, 8, 0, "frames") < 0) goto rel_s;
     if (get_buf(outo, &out, n * c->levels, 4, 1, "codes") < 0) goto rel_f;
+    Py_buffer tx = {0};
+    int have_text = to != Py_None;
+    if (have_text && get_buf(to, &tx, n, 4, 0, "text") < 0) goto rel_out;
     {
         dd_sampling sp = {.temperature = temperature, .top_k = top_k};
         int batch = dd_decoder_max_batch(pd->d);
@@ -440,15 +446,18 @@ static PyObject *decode(PyObject *self, PyObject *args) {
         Py_BEGIN_ALLOW_THREADS
         for (; r < n; r += k) {
             k = (int)(n - r < batch ? n - r : batch);
-            st = dd_decode(pd->d, k, (const float *)h.buf + r * c->input_dim,
-                           have_c0 ? (const int32_t *)c0.buf + r : NULL, (const uint64_t *)s.buf + r,
-                           (const uint64_t *)f.buf + r, &sp, (int32_t *)out.buf + r * c->levels, &e);
+            st = dd_decode_text(pd->d, k, (const float *)h.buf + r * c->input_dim,
+                                have_text ? (const int32_t *)tx.buf + r : NULL,
+                                have_c0 ? (const int32_t *)c0.buf + r : NULL, (const uint64_t *)s.buf + r,
+                                (const uint64_t *)f.buf + r, &sp, (int32_t *)out.buf + r * c->levels, &e);
             if (st) break;
         }
         Py_END_ALLOW_THREADS
         if (st) raise_rows(&e, r, k, n);
         else ok = 1;
     }
+    if (have_text) PyBuffer_Release(&tx);
+rel_out:
     PyBuffer_Release(&out);
 rel_f:
     PyBuffer_Release(&f);
@@ -462,12 +471,13 @@ rel_h:
     Py_RETURN_NONE;
 }
 
-/* score(dec, n, hidden f32[n*I], codes i32[n*Q], logits_out f32[n*(Q-1)*V], logits0_out f32[n*V] | None) */
+/* score(dec, n, hidden f32[n*I], codes i32[n*Q], logits_out f32[n*(Q-1)*V], logits0_out f32[n*V] | None,
+ *       text i32[n] | None) */
 static PyObject *score(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *cap, *ho, *co, *lo, *l0o;
+    PyObject *cap, *ho, *co, *lo, *l0o, *to = Py_None;
     Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "OnOOOO:score", &cap, &n, &ho, &co, &lo, &l0o)) return NULL;
+    if (!PyArg_ParseTuple(args, "OnOOOO|O:score", &cap, &n, &ho, &co, &lo, &l0o, &to)) return NULL;
     struct py_decoder *pd = get_decoder(cap);
     if (!pd) return NULL;
     const dd_config *c = pd->cfg;
@@ -479,6 +489,9 @@ static PyObject *score(PyObject *self, PyObject *args) {
     if (get_buf(co, &codes, n * Q, 4, 0, "codes") < 0) goto rel_h;
     if (get_buf(lo, &lg, n * (Q - 1) * V, 4, 1, "logits") < 0) goto rel_c;
     if (have_l0 && get_buf(l0o, &l0, n * V, 4, 1, "logits0") < 0) goto rel_lg;
+    Py_buffer tx = {0};
+    int have_text = to != Py_None;
+    if (have_text && get_buf(to, &tx, n, 4, 0, "text") < 0) goto rel_l0;
     {
         int batch = dd_decoder_max_batch(pd->d);
         dd_error e = {0};
@@ -488,14 +501,17 @@ static PyObject *score(PyObject *self, PyObject *args) {
         Py_BEGIN_ALLOW_THREADS
         for (; r < n; r += k) {
             k = (int)(n - r < batch ? n - r : batch);
-            st = dd_score(pd->d, k, (const float *)h.buf + r * c->input_dim, (const int32_t *)codes.buf + r * Q,
-                          (float *)lg.buf + r * (Q - 1) * V, have_l0 ? (float *)l0.buf + r * V : NULL, &e);
+            st = dd_score_text(pd->d, k, (const float *)h.buf + r * c->input_dim,
+                               have_text ? (const int32_t *)tx.buf + r : NULL, (const int32_t *)codes.buf + r * Q,
+                               (float *)lg.buf + r * (Q - 1) * V, have_l0 ? (float *)l0.buf + r * V : NULL, &e);
             if (st) break;
         }
         Py_END_ALLOW_THREADS
         if (st) raise_rows(&e, r, k, n);
         else ok = 1;
     }
+    if (have_text) PyBuffer_Release(&tx);
+rel_l0:
     if (have_l0) PyBuffer_Release(&l0);
 rel_lg:
     PyBuffer_Release(&lg);
