@@ -654,6 +654,59 @@ static void test_moshi_inputs(void **state) {
     dd_model_free(m), dd_model_free(g);
 }
 
+/* Moshi quantized (what `depthdec quantize` writes): the per-position stacks of a dense tiny-moshi exported as MLX
+ * q8 / q4 load back as a per-position model whose teacher-forced logits stay near the dense model's (ref on both:
+ * q8 within 2e-2, q4 within 2e-1 of max|logit|), and ref and cpu agree on the quantized copy; a width no group
+ * size divides is refused naming the tensor. */
+static void test_moshi_quantized(void **state) {
+    (void)state;
+    const int n = 8;
+    dd_model *m = synth("tiny-moshi", DD_F32, rnd64());
+    const dd_config *c = dd_model_config(m);
+    const int Q = c->levels, V = c->codebook_size;
+    const size_t nl = (size_t)n * (Q - 1) * V;
+    float *h = rand_hidden(m, n), *ld = malloc(nl * 4), *lq = malloc(nl * 4), *lc = malloc(nl * 4);
+    int32_t *codes = th_rand_codes(m, n, Q), *text = rand_text(m, n);
+    dd_error e;
+    dd_decoder *d = th_decoder(m, DD_BACKEND_REF, -1, n, 1);
+    assert_int_equal(dd_score_text(d, n, h, text, codes, ld, NULL, &e), DD_OK);
+    dd_decoder_free(d);
+    for (int bits = 8; bits >= 4; bits -= 4) {
+        dd_export_params p = dd_export_default_params();
+        p.bits = bits;
+        p.group = 32;
+        dd_model *q;
+        assert_int_equal(dd_model_export_mem(&q, m, &p, &e), DD_OK);
+        const dd_config *cq = dd_model_config(q);
+        assert_int_equal(cq->per_position, 1);
+        assert_int_equal(cq->text_vocab, c->text_vocab);
+        assert_int_equal(cq->quant_bits, bits);
+        d = th_decoder(q, DD_BACKEND_REF, -1, n, 1);
+        assert_int_equal(dd_score_text(d, n, h, text, codes, lq, NULL, &e), DD_OK);
+        dd_decoder_free(d);
+        d = th_decoder(q, DD_BACKEND_CPU, -1, n, 0);
+        th_poison(lc, nl);
+        assert_int_equal(dd_score_text(d, n, h, text, codes, lc, NULL, &e), DD_OK);
+        dd_decoder_free(d);
+        const double eq = rel_err(lq, ld, nl), ec = rel_err(lc, lq, nl);
+        printf("  tiny-moshi q%d (group 32) vs dense: max rel logit err %.2e; cpu vs ref on it %.2e\n", bits, eq, ec);
+        assert_true(eq <= (bits == 8 ? 2e-2 : 2e-1) && eq > 0);
+        assert_true(ec <= TH_LOGIT_REL);
+        dd_model_free(q);
+    }
+    dd_model *f;
+    assert_int_equal(dd_model_load(&f, "tests/fixtures/moshi_tiny", &e), DD_OK); /* temporal width 48 */
+    dd_model *q = (dd_model *)1;
+    dd_export_params p = dd_export_default_params();
+    p.bits = 8;
+    p.group = 32;
+    assert_int_equal(dd_model_export_mem(&q, f, &p, &e), DD_EINVAL);
+    assert_non_null(strstr(e.msg, "in_proj.weight: 48 columns"));
+    dd_model_free(f);
+    free(h), free(ld), free(lq), free(lc), free(codes), free(text);
+    dd_model_free(m);
+}
+
 int main(void) {
     th_seed_init("test_backends");
     g_nvar = th_variants(g_var, 16, 0);
@@ -667,6 +720,7 @@ int main(void) {
         cmocka_unit_test_setup(test_qwen3_vs_ref, th_reseed),
         cmocka_unit_test_setup(test_moshi_vs_ref, th_reseed),
         cmocka_unit_test_setup(test_moshi_inputs, th_reseed),
+        cmocka_unit_test_setup(test_moshi_quantized, th_reseed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
