@@ -154,27 +154,37 @@ dd_status dd_config_parse_native(const char *src, const json_t *o, dd_config *c,
     return check_config(src, c, err);
 }
 
-/* The Llama-style keys an HF decoder config shares (CSM's depth decoder, the Qwen3 code predictors): V, D, layers,
- * heads, kv heads, head_dim, ffn, eps, activation, RoPE. `where` names the object in messages. */
-static dd_status parse_hf_llama(const char *src, const char *where, const json_t *d, dd_config *c, dd_error *err) {
+/* The transformer keys every HF decoder config here shares (CSM's depth decoder, the Qwen3 code predictors, Moshi's
+ * depformer): D, layers, heads, kv heads (default: heads), head_dim (default D / heads), rms_norm_eps (default
+ * eps_default), hidden_act (silu only). `where` names the object in messages. */
+static dd_status parse_hf_block(const char *src, const char *where, const json_t *d, double eps_default, dd_config *c,
+                                dd_error *err) {
     c->block = DD_BLOCK_LLAMA;
     dd_status st;
     double eps;
-    if ((st = get_int(src, d, "vocab_size", -1, 1, DD_MAX_VOCAB, &c->codebook_size, err)) ||
-        (st = get_int(src, d, "hidden_size", -1, 1, DD_MAX_DIM, &c->dim, err)) ||
+    if ((st = get_int(src, d, "hidden_size", -1, 1, DD_MAX_DIM, &c->dim, err)) ||
         (st = get_int(src, d, "num_hidden_layers", -1, 1, DD_MAX_LAYERS, &c->layers, err)) ||
         (st = get_int(src, d, "num_attention_heads", -1, 1, DD_MAX_HEADS, &c->heads, err)) ||
         (st = get_int(src, d, "num_key_value_heads", c->heads, 1, DD_MAX_HEADS, &c->kv_heads, err)) ||
         (st = get_int(src, d, "head_dim", c->dim / c->heads > 0 ? c->dim / c->heads : -1, 1, DD_MAX_HEAD_DIM,
                       &c->head_dim, err)) ||
-        (st = get_int(src, d, "intermediate_size", -1, 1, DD_MAX_FFN, &c->ffn_dim, err)) ||
-        (st = get_num(src, d, "rms_norm_eps", 1e-5, &eps, err)))
+        (st = get_num(src, d, "rms_norm_eps", eps_default, &eps, err)))
         return st;
     c->norm_eps = (float)eps;
     const json_t *act = json_object_get(d, "hidden_act");
     if (act && json_is_string(act) && strcmp(json_string_value(act), "silu") != 0)
         return dd_fail(err, DD_EMODEL, "%s: %shidden_act \"%s\" (only silu is supported)", src, where,
                        json_string_value(act));
+    return DD_OK;
+}
+
+/* The Llama-style keys of CSM's depth decoder and the Qwen3 code predictors: V, ffn, the block's keys, RoPE. */
+static dd_status parse_hf_llama(const char *src, const char *where, const json_t *d, dd_config *c, dd_error *err) {
+    dd_status st;
+    if ((st = get_int(src, d, "vocab_size", -1, 1, DD_MAX_VOCAB, &c->codebook_size, err)) ||
+        (st = get_int(src, d, "intermediate_size", -1, 1, DD_MAX_FFN, &c->ffn_dim, err)) ||
+        (st = parse_hf_block(src, where, d, 1e-5, c, err)))
+        return st;
     /* RoPE: transformers >= 5 writes rope_parameters {rope_type, rope_theta, ...}; 4.x writes rope_theta and
      * rope_scaling {rope_type|type, factor, ...}. */
     c->has_rope = 1;
@@ -277,33 +287,20 @@ dd_status dd_config_parse_moshi(const char *src, const json_t *o, dd_config *c, 
     } else {
         return dd_fail(err, DD_EMODEL, "%s: model_type \"%s\" is not moshi or moshi_depth", src, t);
     }
-    c->block = DD_BLOCK_LLAMA;
     c->per_position = 1;
     dd_status st;
     int ffn2;
-    double eps;
     if ((st = get_int(src, d, "num_codebooks", -1, 2, DD_MAX_LEVELS, &c->levels, err)) ||
         (st = get_int(src, d, "audio_vocab_size", -1, 1, DD_MAX_VOCAB - 1, &c->codebook_size, err)) ||
         (st = get_int(src, d, "vocab_size", -1, 1, DD_MAX_TEXT_VOCAB, &c->text_vocab, err)) ||
         (st = get_int(src, d, "input_size", -1, 1, DD_MAX_DIM, &c->input_dim, err)) ||
-        (st = get_int(src, d, "hidden_size", -1, 1, DD_MAX_DIM, &c->dim, err)) ||
-        (st = get_int(src, d, "num_hidden_layers", -1, 1, DD_MAX_LAYERS, &c->layers, err)) ||
-        (st = get_int(src, d, "num_attention_heads", -1, 1, DD_MAX_HEADS, &c->heads, err)) ||
-        (st = get_int(src, d, "num_key_value_heads", c->heads, 1, DD_MAX_HEADS, &c->kv_heads, err)) ||
-        (st = get_int(src, d, "head_dim", c->dim / c->heads > 0 ? c->dim / c->heads : -1, 1, DD_MAX_HEAD_DIM,
-                      &c->head_dim, err)) ||
         (st = get_int(src, d, "ffn_dim", -1, 2, 2 * DD_MAX_FFN, &ffn2, err)) ||
-        (st = get_num(src, d, "rms_norm_eps", 1e-8, &eps, err)))
+        (st = parse_hf_block(src, where, d, 1e-8, c, err)))
         return st;
     if (ffn2 % 2)
         return dd_fail(err, DD_EMODEL, "%s: %sffn_dim %d is odd (fc1 holds gate rows then up rows: 2 x the gated width)",
                        src, where, ffn2);
     c->ffn_dim = ffn2 / 2;
-    c->norm_eps = (float)eps;
-    const json_t *act = json_object_get(d, "hidden_act");
-    if (act && json_is_string(act) && strcmp(json_string_value(act), "silu") != 0)
-        return dd_fail(err, DD_EMODEL, "%s: %shidden_act \"%s\" (only silu is supported)", src, where,
-                       json_string_value(act));
     return check_config(src, c, err);
 }
 

@@ -673,7 +673,7 @@ static void test_moshi_text(void **state) {
     assert_int_equal(dd_npy_write(T, DD_NPY_I32, 1, (int64_t[]){6}, bad, &e), DD_OK);
     assert_int_not_equal(run("generate --model " FX "moshi_tiny --hidden " FX "moshi_tiny_hidden.npy --text %s --out %s",
                              T, O), 0);
-    assert_non_null(strstr(g_err, "row 3: token 41 outside [0, 40]"));
+    assert_non_null(strstr(g_err, "row 3: token 41 outside [0, 41)"));
     assert_int_not_equal(run("generate --model " FX "gpt_bf16.safetensors --hidden " FX "gpt_bf16_hidden.npy --text %s "
                              "--out %s", T, O), 0);
     assert_non_null(strstr(g_err, "takes no text"));

@@ -409,9 +409,11 @@ static float *read_hidden(const dd_model *m, const char *path, int64_t *n) {
     return h;
 }
 
-/* codes [n, Q] (ndim 2) or c0 [n] (ndim 1), each value checked to lie in [0, V) (message names the file row). */
-static int32_t *read_codes(const dd_model *m, const char *path, const char *what, int ndim, const int64_t *shape,
-                           int V) {
+/* Integer inputs: codes [n, Q] (ndim 2), c0 [n] (ndim 1, DD_INPUT_C0) or Moshi's text tokens [n] (DD_INPUT_TEXT),
+ * each value checked to lie in [0, hi) (message names the file row and the `noun`: "code", "token"). A model that
+ * takes no text refuses --text (the library's input check says so). */
+static int32_t *read_ids(const dd_model *m, dd_input what, const char *path, const char *opt, int ndim,
+                         const int64_t *shape, int hi, const char *noun) {
     dd_npy a;
     dd_error e;
     if (dd_npy_read(path, &a, &e)) {
@@ -419,59 +421,39 @@ static int32_t *read_codes(const dd_model *m, const char *path, const char *what
         return NULL;
     }
     int32_t *c = NULL;
-    if (!npy_input_ok(m, ndim == 1 ? DD_INPUT_C0 : DD_INPUT_CODES, &a, shape[0], path, what)) c = NULL;
-    else if (dd_npy_to_i32(&a, path, what, ndim, shape, &c, &e)) fail(&e);
+    if (npy_input_ok(m, what, &a, shape[0], path, opt) && dd_npy_to_i32(&a, path, opt, ndim, shape, &c, &e)) fail(&e);
     dd_npy_free(&a);
     int64_t per_row = ndim == 2 ? shape[1] : 1;
     for (size_t i = 0; c && i < (size_t)(shape[0] * per_row); i++)
-        if (c[i] < 0 || c[i] >= V) {
+        if (c[i] < 0 || c[i] >= hi) {
             if (ndim == 2)
-                fprintf(stderr, "depthdec: %s (%s): row %lld, level %lld: code %d outside [0, %d)\n", path, what,
-                        (long long)(i / per_row), (long long)(i % per_row), (int)c[i], V);
+                fprintf(stderr, "depthdec: %s (%s): row %lld, level %lld: %s %d outside [0, %d)\n", path, opt,
+                        (long long)(i / per_row), (long long)(i % per_row), noun, (int)c[i], hi);
             else
-                fprintf(stderr, "depthdec: %s (%s): row %lld: code %d outside [0, %d)\n", path, what, (long long)i,
-                        (int)c[i], V);
+                fprintf(stderr, "depthdec: %s (%s): row %lld: %s %d outside [0, %d)\n", path, opt, (long long)i, noun,
+                        (int)c[i], hi);
             free(c);
             return NULL;
         }
     return c;
 }
 
-/* Moshi's text tokens: int32/int64 [n] in [0, text_vocab] (message names the file row). A model that takes no text
- * refuses the option (the library's input check says so). */
-static int32_t *read_text(const dd_model *m, const char *path, int64_t n) {
-    dd_npy a;
-    dd_error e;
-    if (dd_npy_read(path, &a, &e)) {
-        fail(&e);
-        return NULL;
-    }
-    int32_t *t = NULL;
-    if (npy_input_ok(m, DD_INPUT_TEXT, &a, n, path, "--text") &&
-        dd_npy_to_i32(&a, path, "--text", 1, (int64_t[]){n}, &t, &e))
-        fail(&e);
-    dd_npy_free(&a);
-    const int TV = dd_model_config(m)->text_vocab;
-    for (int64_t i = 0; t && i < n; i++)
-        if (t[i] < 0 || t[i] > TV) {
-            fprintf(stderr, "depthdec: %s (--text): row %lld: token %d outside [0, %d]\n", path, (long long)i, (int)t[i],
-                    TV);
-            free(t);
-            return NULL;
-        }
-    return t;
+static int32_t *read_codes(const dd_model *m, const char *path, const char *what, int ndim, const int64_t *shape,
+                           int V) {
+    return read_ids(m, ndim == 1 ? DD_INPUT_C0 : DD_INPUT_CODES, path, what, ndim, shape, V, "code");
 }
 
 /* Text tokens when the model takes them: --text required then; 1 = ok (*t may stay NULL), 0 = failed (reported). */
 static int want_text(const dd_model *m, const char *model, const char *tp, int64_t n, int32_t **t) {
     *t = NULL;
-    if (!dd_model_config(m)->text_vocab && !tp) return 1;
+    const int TV = dd_model_config(m)->text_vocab;
+    if (!TV && !tp) return 1;
     if (!tp) {
         fprintf(stderr, "depthdec: %s: the model (Moshi's depformer) needs the frame's text token per row: --text T.npy\n",
                 model);
         return 0;
     }
-    return (*t = read_text(m, tp, n)) != NULL;
+    return (*t = read_ids(m, DD_INPUT_TEXT, tp, "--text", 1, (int64_t[]){n}, TV + 1, "token")) != NULL;
 }
 
 static int cmd_generate(opts *o) {

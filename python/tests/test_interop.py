@@ -252,3 +252,25 @@ def test_from_tensors_torch_csm(rng):
     bad["lm_head.weight"] = bad["lm_head.weight"].to(torch.int32)
     with pytest.raises(depthdec.ArgumentError, match="tensor 'lm_head.weight': dtype torch.int32"):
         depthdec.Model.from_tensors(cfg, bad)
+
+
+@needs_torch
+def test_moshi_from_state_dict():
+    """A live transformers Moshi model's tensors (the whole MoshiForConditionalGeneration state_dict, bf16, its config
+    dict) give the same model as its saved directory: scores bitwise equal to the directory's on the fixture."""
+    from safetensors.torch import load_file
+
+    d = FIXTURES / "moshi_tiny"
+    sd = {}
+    for f in sorted(d.glob("*.safetensors")):
+        sd.update(load_file(str(f)))
+    cfg = json.loads((d / "config.json").read_text())
+    m = depthdec.Model.from_tensors(cfg, sd)
+    assert m.config["per_position"] and m.config["text_vocab"] == 40
+    h, codes, text = (np.load(FIXTURES / ("moshi_tiny_%s.npy" % k)) for k in ("hidden", "codes", "text"))
+    got = depthdec.Decoder(m, backend="cpu").score(h, codes, text=text)
+    want = depthdec.Decoder(depthdec.Model(d), backend="cpu").score(h, codes, text=text)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    del sd["depth_decoder.lm_heads.weight"]
+    with pytest.raises(depthdec.Error, match="lm_heads.weight"):
+        depthdec.Model.from_tensors(cfg, sd)
