@@ -1,7 +1,9 @@
 /* End-to-end parity with PyTorch / transformers: fixtures made by scripts/make_fixtures.py (float64 references
  * of GPT2Model-based native models in f16/bf16/q8 and a tiny CsmForConditionalGeneration in HF layout) and
  * scripts/make_fixtures_families.py / make_fixtures_qwen3tts.py (the Qwen3-Omni and Qwen3-TTS code predictors as
- * their reference code saves them; no head0 there: c0 is given, the fixture's codes column 0).
+ * their reference code saves them; no head0 there: c0 is given, the fixture's codes column 0) and Kyutai Moshi's
+ * depformer (transformers' MoshiForConditionalGeneration / MoshiDepthDecoder; a text token per row, logits of all Q
+ * levels, level 0 from position 0; references with whole-frame attention as the original).
  * For every backend available in this build: teacher-forced logits within 1e-4 * max|ref| (per fixture),
  * level-0 logits likewise, and greedy codes identical. Outputs are NaN-poisoned before each call. */
 #include <setjmp.h>
@@ -248,6 +250,65 @@ static void test_moshi_tiny(void **st) {
     check_fixture(FX "moshi_q12", "moshi_q12");
 }
 
+/* Bad Moshi directories: refused naming the file and tensor, nothing loaded */
+static void test_moshi_bad_dirs(void **st) {
+    (void)st;
+    assert_int_equal(th_tmpdir("moshi"), 0);
+    char p[256], q[256];
+    size_t n;
+    uint8_t *cfg = th_slurp(FX "moshi_tiny_depth/config.json", &n), *mdl;
+    size_t ncfg = n;
+    TH_PATH(p, "config.json");
+    th_write_bytes(p, cfg, ncfg);
+    mdl = th_slurp(FX "moshi_tiny_depth/model.safetensors", &n);
+    TH_PATH(q, "model.safetensors");
+    th_write_bytes(q, mdl, n);
+    dd_model *m = (dd_model *)1;
+    dd_error e;
+    assert_int_equal(dd_model_load(&m, th_dir, &e), DD_OK); /* the copy loads */
+    dd_model_free(m);
+    /* one more codebook in the config than the tensors have: the first stack off names itself */
+    char *c2 = strdup((const char *)cfg), *at = strstr(c2, "\"num_codebooks\": 8");
+    assert_non_null(at);
+    at[strlen("\"num_codebooks\": ")] = '9';
+    th_write_bytes(p, c2, strlen(c2));
+    m = (dd_model *)1;
+    assert_int_equal(dd_model_load(&m, th_dir, &e), DD_EMODEL);
+    assert_null(m);
+    assert_non_null(strstr(e.msg, "embed_tokens.7.weight"));
+    printf("  refused: %s\n", e.msg);
+    /* an odd ffn_dim (fc1 must hold gate and up halves) */
+    strcpy(c2, (const char *)cfg);
+    at = strstr(c2, "\"ffn_dim\": 64");
+    assert_non_null(at);
+    memcpy(at, "\"ffn_dim\": 63", strlen("\"ffn_dim\": 63"));
+    th_write_bytes(p, c2, strlen(c2));
+    assert_int_equal(dd_model_load(&m, th_dir, &e), DD_EMODEL);
+    assert_non_null(strstr(e.msg, "ffn_dim 63 is odd"));
+    printf("  refused: %s\n", e.msg);
+    /* the full model's index lists a shard that is gone */
+    th_write_bytes(p, cfg, ncfg);
+    assert_int_equal(th_rm_rf(th_dir), 0);
+    assert_int_equal(th_tmpdir("moshi"), 0);
+    const char *files[] = {"config.json", "model.safetensors.index.json", "model-00001-of-00004.safetensors",
+                           "model-00002-of-00004.safetensors", "model-00003-of-00004.safetensors"};
+    for (int i = 0; i < 5; i++) {
+        char src[256];
+        snprintf(src, sizeof src, FX "moshi_tiny/%s", files[i]);
+        uint8_t *b = th_slurp(src, &n);
+        TH_PATH(p, files[i]);
+        th_write_bytes(p, b, n);
+        free(b);
+    }
+    assert_int_not_equal(dd_model_load(&m, th_dir, &e), DD_OK);
+    assert_non_null(strstr(e.msg, "model-00004-of-00004.safetensors"));
+    printf("  refused: %s\n", e.msg);
+    free(c2);
+    free(cfg);
+    free(mdl);
+    assert_int_equal(th_rm_rf(th_dir), 0);
+}
+
 /* Moshi converted to the native layout (per_position, text_vocab, stacks [Q, out, in]) and read back: dense f32 /
  * bf16 pass the fixture as it is */
 static void test_moshi_native(void **st) {
@@ -274,6 +335,7 @@ int main(void) {
         cmocka_unit_test(test_qwen3_bad_dirs),
         cmocka_unit_test(test_moshi_tiny),
         cmocka_unit_test(test_moshi_native),
+        cmocka_unit_test(test_moshi_bad_dirs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
