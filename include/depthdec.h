@@ -108,8 +108,9 @@ DD_API dd_status dd_model_load(dd_model **out, const char *path, dd_error *err);
 DD_API dd_status dd_next_embedding(const dd_model *m, int n, const int32_t *codes, float *out, dd_error *err);
 
 /* Build one of the embedded synthetic models in memory: kind "gpt" (the seed's dims), "csm" (CSM-1B depth dims),
- * "qwen3tts" (Qwen3-TTS's code predictor dims: q/k norms, no head0) or "tiny-gpt" / "tiny-llama" / "tiny-qwen3"
- * (small models for tests). Weights are deterministic functions of `seed`, scaled so that
+ * "qwen3tts" (Qwen3-TTS's code predictor dims: q/k norms, no head0), "moshi" (Kyutai Moshi's depformer dims: 8 x
+ * 2048, D 1024, 6 layers, 16 x 64, gated width 2816, text vocab 32000, temporal width 4096; per-position weights) or
+ * "tiny-gpt" / "tiny-llama" / "tiny-qwen3" / "tiny-moshi" (small models for tests). Weights are deterministic functions of `seed`, scaled so that
  * activations stay O(1), stored as `weights` (q8/q4 with group 64). Free with dd_model_free. */
 DD_API dd_status dd_model_synthetic(dd_model **out, const char *kind, dd_dtype weights, uint64_t seed, dd_error *err);
 
@@ -130,7 +131,9 @@ typedef struct dd_tensor_view {
  * it has read it. `config_json` is the text of the config: an HF CSM config.json (`"model_type": "csm"`; the
  * tensors then carry the HF CSM names and layouts dd_model_load accepts in a directory, e.g. `lm_head.weight`,
  * `depth_decoder.codebooks_head.weight [Q-1, D, V]`, `depth_decoder.model.layers.{i}.mlp.up_proj.weight`; an
- * `nn.Module`'s `state_dict()` of a transformers `CsmForConditionalGeneration` is such a list) or a native
+ * `nn.Module`'s `state_dict()` of a transformers `CsmForConditionalGeneration` is such a list; likewise a Qwen3 code
+ * predictor's or Moshi's config.json with the names of their directories, e.g. a `MoshiForConditionalGeneration`
+ * state_dict with its config) or a native
  * config (`"format": "depthdec"`, native names; dense weights only: MLX-quantized tensors need U32, which
  * dd_tensor_view does not carry). Tensors the model does not use (an HF CSM backbone, codec, text embeddings)
  * may be given and are ignored without being read. The values the model uses are copied: the caller's buffers
