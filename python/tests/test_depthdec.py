@@ -84,7 +84,8 @@ def test_config(models):
     assert c == {"block": "gpt", "levels": 8, "codebook_size": 64, "input_dim": 96, "dim": 64, "layers": 2,
                  "heads": 4, "kv_heads": 4, "head_dim": 16, "ffn_dim": 256, "norm_eps": 1e-05, "rope": None,
                  "quantization": None, "weight_type": "f16", "has_head0": True, "has_in_proj": True,
-                 "has_pos": True, "embed_in_input_space": False, "has_qk_norm": False}
+                 "has_pos": True, "embed_in_input_space": False, "has_qk_norm": False, "per_position": False,
+                 "text_vocab": 0}
     assert m.tensor_count == 32 and m.weight_bytes_per_frame > 0 and m.weight_bytes > 0
     assert m.source == str(model_path("gpt_f16"))
     c["levels"] = 99  # a copy: the model is immutable
