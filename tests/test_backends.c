@@ -15,7 +15,7 @@
  *   identity   a model without in_proj (in() = identity) agrees with ref;
  *   moshi      tiny-moshi (per-position weights, text token, level 0 from position 0) in every weight type: logits,
  *              codes, invariance as above; its input checks (text required and in range, codes up to the pad id)
- *   big        a frame of the GPT-dims and CSM-dims synthetic models against ref (DD_TEST_QUICK=1 skips it:
+ *   big        a frame of the GPT-dims, CSM-dims and Moshi-dims synthetic models against ref (DD_TEST_QUICK=1 skips it:
  *              ref needs ~10 s per stream-frame at those sizes).
  * Inputs come from a fresh seed each run (printed; DD_TEST_SEED=<n> replays).
  */
@@ -62,19 +62,30 @@ static float *rand_hidden(const dd_model *m, int n) {
     return h;
 }
 
-static void decode_ok(dd_decoder *d, int n, const float *h, const int32_t *c0, const uint64_t *seeds,
-                      const uint64_t *frames, const dd_sampling *s, int32_t *codes) {
+/* text: Moshi's text tokens [n], NULL for the other models */
+static void decode_text_ok(dd_decoder *d, int n, const float *h, const int32_t *text, const int32_t *c0,
+                           const uint64_t *seeds, const uint64_t *frames, const dd_sampling *s, int32_t *codes) {
     dd_error e;
-    dd_status st = dd_decode(d, n, h, c0, seeds, frames, s, codes, &e);
+    dd_status st = dd_decode_text(d, n, h, text, c0, seeds, frames, s, codes, &e);
     if (st) printf("  decode: %s\n", e.msg);
     assert_int_equal(st, DD_OK);
 }
 
-static void score_ok(dd_decoder *d, int n, const float *h, const int32_t *codes, float *logits, float *logits0) {
+static void decode_ok(dd_decoder *d, int n, const float *h, const int32_t *c0, const uint64_t *seeds,
+                      const uint64_t *frames, const dd_sampling *s, int32_t *codes) {
+    decode_text_ok(d, n, h, NULL, c0, seeds, frames, s, codes);
+}
+
+static void score_text_ok(dd_decoder *d, int n, const float *h, const int32_t *text, const int32_t *codes,
+                          float *logits, float *logits0) {
     dd_error e;
-    dd_status st = dd_score(d, n, h, codes, logits, logits0, &e);
+    dd_status st = dd_score_text(d, n, h, text, codes, logits, logits0, &e);
     if (st) printf("  score: %s\n", e.msg);
     assert_int_equal(st, DD_OK);
+}
+
+static void score_ok(dd_decoder *d, int n, const float *h, const int32_t *codes, float *logits, float *logits0) {
+    score_text_ok(d, n, h, NULL, codes, logits, logits0);
 }
 
 static const char *const tiny_kinds[] = {"tiny-gpt", "tiny-llama"};
@@ -396,7 +407,7 @@ static void test_big_models(void **state) {
         const char *kind;
         dd_dtype t;
         int score;
-    } ms[] = {{"gpt", DD_BF16, 1}, {"csm", DD_BF16, 0}, {"gpt", DD_Q8, 0}};
+    } ms[] = {{"gpt", DD_BF16, 1}, {"csm", DD_BF16, 0}, {"gpt", DD_Q8, 0}, {"moshi", DD_BF16, 1}};
     for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++) {
         dd_model *m = synth(ms[mi].kind, ms[mi].t, rnd64());
         const dd_config *c = dd_model_config(m);
@@ -406,28 +417,30 @@ static void test_big_models(void **state) {
         int32_t *c0 = th_rand_codes(m, 1, 1), cr[64], cx[64];
         uint64_t seed = rnd64(), frame = rnd64() % 1000;
         dd_sampling s = dd_sampling_default();
+        const int32_t text = (int32_t)(rnd64() % (uint64_t)(c->text_vocab + 1)), *tx = c->text_vocab ? &text : NULL;
+        const int32_t *c0g = c->per_position ? NULL : c0; /* Moshi: c0 sampled too, from position 0 */
         dd_decoder *ref = th_decoder(m, DD_BACKEND_REF, -1, 1, 1);
-        decode_ok(ref, 1, h, c0, &seed, &frame, &s, cr);
+        decode_text_ok(ref, 1, h, tx, c0g, &seed, &frame, &s, cr);
         float *lr = NULL, *lx = NULL;
         if (ms[mi].score) {
             lr = malloc(nl * 4);
             lx = malloc(nl * 4);
-            score_ok(ref, 1, h, cr, lr, NULL);
+            score_text_ok(ref, 1, h, tx, cr, lr, NULL);
         }
         dd_decoder_free(ref);
         for (int v = 0; v < g_nvar; v++) {
             /* the fastest variant of each backend is what users run; the others are covered on tiny models */
             if (v + 1 < g_nvar && g_var[v + 1].row == g_var[v].row) continue; /* the last is the fastest */
             dd_decoder *d = th_decoder(m, VAR(v), 1, 0);
-            decode_ok(d, 1, h, c0, &seed, &frame, &s, cx);
+            decode_text_ok(d, 1, h, tx, c0g, &seed, &frame, &s, cx);
             int same = 0;
             for (int i = 0; i < Q; i++) same += cx[i] == cr[i];
             double e1 = -1;
             if (ms[mi].score) {
-                score_ok(d, 1, h, cr, lx, NULL);
+                score_text_ok(d, 1, h, tx, cr, lx, NULL);
                 e1 = rel_err(lx, lr, nl);
             }
-            printf("  %-4s %-5s %-10s codes identical to ref %d / %d%s", ms[mi].kind, dd_dtype_name(ms[mi].t),
+            printf("  %-5s %-5s %-10s codes identical to ref %d / %d%s", ms[mi].kind, dd_dtype_name(ms[mi].t),
                    g_var[v].name, same, Q, ms[mi].score ? "" : "\n");
             if (ms[mi].score) printf(", max rel logit err %.2e\n", e1);
             /* one frame: a near-tie flip is possible in principle, but the frame must agree in full here */
