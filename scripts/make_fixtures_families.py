@@ -50,7 +50,7 @@ TOL = 1e-10      # cross-check: max|diff| / max|logit|
 MOSHI = dict(Q=8, V=64, TV=40, IN=48, D=32, L=3, H=4, KVH=4, HD=8, F=64, eps=1e-8)   # F = ffn_dim = fc1 rows
 # Q = 12 > transformers' default sliding_window 8: the whole-frame attention of the original differs from
 # transformers' cached generate from position 8 on (depth decoder saved alone, 2 layers, to stay small)
-MOSHI12 = dict(MOSHI, Q=12, L=2)
+MOSHI12 = dict(MOSHI, Q=12, L=2, KVH=2)   # and GQA (2 kv heads for 4 query heads; the published model has none)
 # Qwen3-Omni code predictor: Q code groups of V, talker codec table TVC rows, width D (= talker width)
 QWEN = dict(Q=8, V=64, TVC=72, D=32, L=3, H=4, KVH=2, HD=16, F=64, eps=1e-6, theta=1000000.0)
 torch.set_default_dtype(torch.float32)
