@@ -534,7 +534,8 @@ static int32_t *rand_text(const dd_model *m, int n) {
 /* tiny-moshi in every weight type: teacher-forced logits of levels 1..Q-1 and level 0 (position 0's head) of each
  * variant within TH_LOGIT_REL of ref, input codes including the pad/initial id V; sampled codes (T 0.9 / top-k 50,
  * c0 sampled and given; greedy) identical to ref on >= 99.9 % of (stream, level) pairs; each stream's codes (and,
- * exact variants, logits) the same alone, inside the batch of 64 and inside a batch of 300 (> one internal group);
+ * exact variants, logits, also with 1 thread) the same alone, inside the batch of 64 and inside a batch of 300
+ * (> one internal group);
  * a wrong text token changes the logits (the text matters per row). The CUDA backend refuses these models. */
 static void test_moshi_vs_ref(void **state) {
     (void)state;
@@ -606,9 +607,18 @@ static void test_moshi_vs_ref(void **state) {
                 }
             }
             free(cb);
+            if (exact) { /* and with 1 thread: the same logits, bit for bit */
+                dd_decoder *d1 = th_decoder(m, VAR(v), n, 1);
+                float *l1 = malloc(nl * 4), *l10 = malloc(n0 * 4);
+                assert_int_equal(dd_score_text(d1, n, h, text, codes, l1, l10, &e), DD_OK);
+                assert_memory_equal(l1, lx, nl * 4);
+                assert_memory_equal(l10, l0x, n0 * 4);
+                free(l1), free(l10);
+                dd_decoder_free(d1);
+            }
             printf("  tiny-moshi %-5s %-10s max rel logit err %.2e, level-0 %.2e; codes identical to ref %ld / %d; "
                    "alone = in 64 = in 300%s\n", dd_dtype_name(all_types[t]), g_var[v].name, e1, e0, sm, 2 * n * Q,
-                   exact ? " (codes and logits)" : "");
+                   exact ? " (codes and logits; logits with 1 thread too)" : "");
             assert_true(e1 <= TH_LOGIT_REL);
             assert_true(e0 <= TH_LOGIT_REL);
             dd_decoder_free(d);
