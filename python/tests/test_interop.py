@@ -274,3 +274,28 @@ def test_moshi_from_state_dict():
     del sd["depth_decoder.lm_heads.weight"]
     with pytest.raises(depthdec.Error, match="lm_heads.weight"):
         depthdec.Model.from_tensors(cfg, sd)
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_moshi_dense_types(tmp_path, dtype):
+    """MoshiDepthDecoder directories saved in f32 / f16 (the fixture's bf16 values, which both hold exactly) load
+    and match the float64 fixture on every CPU backend, as the bf16 original does."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    src = FIXTURES / "moshi_tiny_depth"
+    sd = {k: v.to(getattr(torch, dtype)) for k, v in load_file(str(src / "model.safetensors")).items()}
+    save_file(sd, str(tmp_path / "model.safetensors"))
+    shutil.copy(src / "config.json", tmp_path / "config.json")
+    m = depthdec.Model(tmp_path)
+    h, codes, text, greedy = (np.load(FIXTURES / ("moshi_tiny_%s.npy" % k)) for k in ("hidden", "codes", "text", "greedy"))
+    ref = np.load(FIXTURES / "moshi_tiny_logits.npy")
+    assert m.config["weight_type"] == {"float32": "f32", "float16": "f16"}[dtype]
+    for b in ("ref", "cpu"):
+        d = depthdec.Decoder(m, backend=b)
+        logits, logits0 = d.score(h, codes, text=text)
+        assert np.max(np.abs(logits - ref[:, 1:])) <= 1e-4 * np.max(np.abs(ref))
+        assert np.max(np.abs(logits0 - ref[:, 0])) <= 1e-4 * np.max(np.abs(ref[:, 0]))
+        assert np.array_equal(d.generate(h, text=text, greedy=True), greedy)
