@@ -610,3 +610,28 @@ def test_moshi_depformer(name):
     g = depthdec.Model.synthetic("tiny-llama")
     with pytest.raises(depthdec.ArgumentError, match="takes no text"):
         depthdec.Decoder(g).generate(np.zeros((2, g.config["input_dim"]), np.float32), text=[1, 2])
+
+
+@needs_fixtures
+def test_moshi_serve_frames():
+    """The serving path's request parsing and batched decode (depthdec.serve without Ray): Moshi frames carry their
+    text token; codes of a mixed batch (greedy and sampled, c0 given and not) equal the plain Decoder's."""
+    from depthdec import serve
+
+    m = depthdec.Model(FIXTURES / "moshi_tiny")
+    cfg, d = m.config, depthdec.Decoder(m, backend="cpu")
+    h, text, greedy = fixture("moshi_tiny", "hidden"), fixture("moshi_tiny", "text"), fixture("moshi_tiny", "greedy")
+    reqs = [{"hidden": h[i].tolist(), "text": int(text[i]), "greedy": i % 2 == 0, "seed": 11 + i, "frame": 3,
+             "c0": int(greedy[i, 0]) if i == 5 else None} for i in range(6)]
+    got = serve.decode_frames(d, [serve.parse_frame(cfg, r) for r in reqs])
+    for i in range(6):
+        want = d.generate(h[i:i + 1], text=text[i:i + 1], greedy=i % 2 == 0, seed=11 + i, frame=3,
+                          c0=greedy[i:i + 1, 0] if i == 5 else None)[0]
+        assert got[i] == want.tolist()
+    assert got[0] == greedy[0].tolist()
+    for bad, msg in (({}, "text"), ({"text": 41}, "text"), ({"text": 1, "c0": 65}, "c0")):
+        with pytest.raises(ValueError, match=msg):
+            serve.parse_frame(cfg, dict({"hidden": h[0].tolist()}, **bad))
+    g = depthdec.Model.synthetic("tiny-llama")
+    with pytest.raises(ValueError, match="takes no text"):
+        serve.parse_frame(g.config, {"hidden": [0.0] * g.config["input_dim"], "text": 3})
