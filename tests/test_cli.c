@@ -759,6 +759,12 @@ static void test_demo(void **state) {
     const char *want[] = {"SYNTHETIC", "ms/frame", "frames/s", "real-time factor", "backend ref", "frame   0:"};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++)
         if (!strstr(g_out, want[i])) fail_msg("demo: lacks '%s':\n%s", want[i], g_out);
+    /* another family's dims: Moshi's depformer (1.3 GB of bf16 weights built in memory; a text token per frame) */
+    run_ok("demo --synthetic moshi --backend cpu --frames 1");
+    const char *want2[] = {"Moshi depformer-dims", "8 levels x 2048 codes", "backend cpu", "frame   0:"};
+    for (size_t i = 0; i < sizeof want2 / sizeof *want2; i++)
+        if (!strstr(g_out, want2[i])) fail_msg("demo --synthetic moshi: lacks '%s':\n%s", want2[i], g_out);
+    assert_int_equal(run("demo --synthetic nonsense"), 2);
 }
 
 /* The CLI talks (issue 16): one "depthdec: wrote ..." line on stderr after generate, score, export and quantize,

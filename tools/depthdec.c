@@ -18,8 +18,8 @@ static const char *USAGE =
     "usage: depthdec COMMAND [options]\n"
     "\n"
     "  info MODEL                          config, tensor count, bytes per frame, quantization\n"
-    "  demo [--backend B] [--frames N] [--threads N]\n"
-    "                                      decode frames of the embedded synthetic GPT-dims model\n"
+    "  demo [--backend B] [--frames N] [--threads N] [--synthetic gpt|csm|qwen3tts|moshi]\n"
+    "                                      decode frames of an embedded synthetic model (default: GPT dims)\n"
     "  generate --model M --hidden H.npy [--c0 C.npy] --out CODES.npy [--seed S] [--frame F]\n"
     "           [--temperature T] [--top-k K] [--greedy] [--backend B] [--threads N] [--batch N]\n"
     "           [--next-embed E.npy]       (Qwen3: also the talker's next input embedding of each frame)\n"
@@ -299,23 +299,35 @@ static int cmd_info(opts *o) {
 static int cmd_demo(opts *o) {
     if (opt_flag(o, "--help")) {
         char dflt[200];
-        printf("usage: depthdec demo [--backend B] [--frames N] [--threads N] [--weights W]\n"
+        printf("usage: depthdec demo [--backend B] [--frames N] [--threads N] [--weights W] [--synthetic KIND]\n"
                "Decodes N frames (default: %s) of one stream with the embedded\n"
-               "synthetic GPT-dims model (D 1024, 4 layers, 16 heads, F 4096, Q 32, V 2048; bf16 weights).\n",
+               "synthetic GPT-dims model (D 1024, 4 layers, 16 heads, F 4096, Q 32, V 2048; bf16 weights), or with\n"
+               "--synthetic csm|qwen3tts|moshi another family's dims (c0 and Moshi's text token made up per frame\n"
+               "where the model needs them).\n",
                backend_list(dflt, sizeof dflt, 0, 0, 1, ", ", ", "));
         return 0;
     }
     dd_backend b = opt_backend(o);
-    const char *fr = opt_str(o, "--frames"), *th = opt_str(o, "--threads"), *wt = opt_str(o, "--weights");
+    const char *fr = opt_str(o, "--frames"), *th = opt_str(o, "--threads"), *wt = opt_str(o, "--weights"),
+               *syn = opt_str(o, "--synthetic");
     int threads = th ? (int)parse_int("--threads", th, 0, 1024) : 0;
     dd_dtype w = wt ? parse_weights(wt) : DD_BF16;
     int frames = fr ? (int)parse_int("--frames", fr, 1, 100000) : 0; /* 0: the backend's default, below */
     const char *pos[1];
     if (positionals(o, pos, 0)) die_usage("demo takes no arguments");
+    static const char *const kinds[][2] = {{"gpt", "GPT-dims"},
+                                           {"csm", "CSM-1B-dims"},
+                                           {"qwen3tts", "Qwen3-TTS code-predictor-dims"},
+                                           {"moshi", "Moshi depformer-dims"}};
+    const char *title = NULL;
+    if (!syn) syn = "gpt";
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++)
+        if (!strcmp(syn, kinds[k][0])) title = kinds[k][1];
+    if (!title) die_usage("--synthetic '%s': want gpt, csm, qwen3tts or moshi", syn);
     dd_error e;
     dd_model *m;
     double t0 = now_ms();
-    if (dd_model_synthetic(&m, "gpt", w, 0, &e)) return fail(&e);
+    if (dd_model_synthetic(&m, syn, w, 0, &e)) return fail(&e);
     dd_decoder *d = make_decoder(m, b, 1, threads);
     if (!d) {
         dd_model_free(m);
@@ -324,9 +336,9 @@ static int cmd_demo(opts *o) {
     dd_backend used = dd_decoder_backend(d);
     if (!frames) frames = dd_backend_info_get(used)->demo_frames;
     const dd_config *c = dd_model_config(m);
-    printf("depthdec %s demo: synthetic GPT-dims depth decoder (THE WEIGHTS ARE SYNTHETIC: deterministic random\n"
+    printf("depthdec %s demo: synthetic %s depth decoder (THE WEIGHTS ARE SYNTHETIC: deterministic random\n"
            "numbers, not a trained model, so the codes are not speech). Built in %.0f ms.\n",
-           DD_VERSION_STRING, now_ms() - t0);
+           DD_VERSION_STRING, title, now_ms() - t0);
     printf("model: D %d, %d layers, %d heads x %d, ffn %d, %d levels x %d codes, %s weights; backend %s\n", c->dim,
            c->layers, c->heads, c->head_dim, c->ffn_dim, c->levels, c->codebook_size, dd_dtype_name(w),
            dd_backend_name(used));
@@ -338,8 +350,13 @@ static int cmd_demo(opts *o) {
     for (int f = 0; f < frames && !rc; f++) {
         fill_hidden(h, (size_t)c->input_dim, (uint64_t)f + 1);
         uint64_t seed = 42, frame = (uint64_t)f;
+        /* made-up inputs where the family needs them: c0 (no head0: the talker gives it), the text token (Moshi) */
+        int32_t c0 = (int32_t)(((unsigned)f * 7919u) % (unsigned)c->codebook_size);
+        int32_t text = c->text_vocab ? (int32_t)(((unsigned)f * 104729u) % (unsigned)(c->text_vocab + 1)) : 0;
         double a = now_ms();
-        if (dd_decode(d, 1, h, NULL, &seed, &frame, &s, codes, &e)) rc = fail(&e);
+        if (dd_decode_text(d, 1, h, c->text_vocab ? &text : NULL, c->has_head0 ? NULL : &c0, &seed, &frame, &s, codes,
+                           &e))
+            rc = fail(&e);
         ms[f] = now_ms() - a;
         if (!rc && (f < 3 || f == frames - 1)) {
             printf("frame %3d:", f);
