@@ -250,44 +250,46 @@ static void test_moshi_tiny(void **st) {
     check_fixture(FX "moshi_q12", "moshi_q12");
 }
 
+/* The fixture file `src` copied into th_dir as `name`; `text` (NUL-terminated) written there instead when not NULL */
+static void put_file(const char *src, const char *name, const char *text) {
+    char p[256];
+    size_t n;
+    uint8_t *b = text ? NULL : th_slurp(src, &n);
+    TH_PATH(p, name);
+    th_write_bytes(p, text ? (const void *)text : b, text ? strlen(text) : n);
+    free(b);
+}
+
 /* Bad Moshi directories: refused naming the file and tensor, nothing loaded */
 static void test_moshi_bad_dirs(void **st) {
     (void)st;
     assert_int_equal(th_tmpdir("moshi"), 0);
-    char p[256], q[256];
     size_t n;
-    uint8_t *cfg = th_slurp(FX "moshi_tiny_depth/config.json", &n), *mdl;
-    size_t ncfg = n;
-    TH_PATH(p, "config.json");
-    th_write_bytes(p, cfg, ncfg);
-    mdl = th_slurp(FX "moshi_tiny_depth/model.safetensors", &n);
-    TH_PATH(q, "model.safetensors");
-    th_write_bytes(q, mdl, n);
+    char *cfg = (char *)th_slurp(FX "moshi_tiny_depth/config.json", &n), *c2 = strdup(cfg), *at;
+    put_file(NULL, "config.json", cfg);
+    put_file(FX "moshi_tiny_depth/model.safetensors", "model.safetensors", NULL);
     dd_model *m = (dd_model *)1;
     dd_error e;
     assert_int_equal(dd_model_load(&m, th_dir, &e), DD_OK); /* the copy loads */
     dd_model_free(m);
     /* one more codebook in the config than the tensors have: the first stack off names itself */
-    char *c2 = strdup((const char *)cfg), *at = strstr(c2, "\"num_codebooks\": 8");
-    assert_non_null(at);
+    assert_non_null(at = strstr(c2, "\"num_codebooks\": 8"));
     at[strlen("\"num_codebooks\": ")] = '9';
-    th_write_bytes(p, c2, strlen(c2));
+    put_file(NULL, "config.json", c2);
     m = (dd_model *)1;
     assert_int_equal(dd_model_load(&m, th_dir, &e), DD_EMODEL);
     assert_null(m);
     assert_non_null(strstr(e.msg, "embed_tokens.7.weight"));
     printf("  refused: %s\n", e.msg);
     /* an odd ffn_dim (fc1 must hold gate and up halves) */
-    strcpy(c2, (const char *)cfg);
-    at = strstr(c2, "\"ffn_dim\": 64");
-    assert_non_null(at);
-    memcpy(at, "\"ffn_dim\": 63", strlen("\"ffn_dim\": 63"));
-    th_write_bytes(p, c2, strlen(c2));
+    strcpy(c2, cfg);
+    assert_non_null(at = strstr(c2, "\"ffn_dim\": 64"));
+    at[strlen("\"ffn_dim\": 6")] = '3';
+    put_file(NULL, "config.json", c2);
     assert_int_equal(dd_model_load(&m, th_dir, &e), DD_EMODEL);
     assert_non_null(strstr(e.msg, "ffn_dim 63 is odd"));
     printf("  refused: %s\n", e.msg);
     /* the full model's index lists a shard that is gone */
-    th_write_bytes(p, cfg, ncfg);
     assert_int_equal(th_rm_rf(th_dir), 0);
     assert_int_equal(th_tmpdir("moshi"), 0);
     const char *files[] = {"config.json", "model.safetensors.index.json", "model-00001-of-00004.safetensors",
@@ -295,17 +297,13 @@ static void test_moshi_bad_dirs(void **st) {
     for (int i = 0; i < 5; i++) {
         char src[256];
         snprintf(src, sizeof src, FX "moshi_tiny/%s", files[i]);
-        uint8_t *b = th_slurp(src, &n);
-        TH_PATH(p, files[i]);
-        th_write_bytes(p, b, n);
-        free(b);
+        put_file(src, files[i], NULL);
     }
     assert_int_not_equal(dd_model_load(&m, th_dir, &e), DD_OK);
     assert_non_null(strstr(e.msg, "model-00004-of-00004.safetensors"));
     printf("  refused: %s\n", e.msg);
     free(c2);
     free(cfg);
-    free(mdl);
     assert_int_equal(th_rm_rf(th_dir), 0);
 }
 
