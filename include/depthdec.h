@@ -85,10 +85,18 @@ typedef struct dd_config {
     int quant_group; /* group size when quantized */
     dd_dtype weight_type; /* storage type of the layer matrices */
     int has_qk_norm;      /* Qwen3: q and k RMS-normed per head (over head_dim, weights q_norm/k_norm) before RoPE */
+    /* Kyutai Moshi's depformer (docs/semantics.md): every linear has one weight slice per position (pass p uses
+     * slice p of every layer matrix, of in_proj and of the heads), the temporal hidden state enters at every
+     * position through in_proj slice p, position 0 embeds the frame's text token and predicts c0 (has_head0 is 1:
+     * the model samples c0 itself), position k >= 1 embeds c(k-1); the code tables have codebook_size + 1 rows
+     * (the last = the pad/initial id, a valid input code); no RoPE, no final norm. */
+    int per_position; /* 1 for Moshi's depformer, else 0 */
+    int text_vocab;   /* Moshi: text ids are in [0, text_vocab] (text_vocab + 1 rows); 0 = the model takes no text */
 } dd_config;
 
 /* Load a model from `path`: a .safetensors file (native layout; config in __metadata__["depthdec.config"] or a
- * config.json beside it) or a directory (HF CSM layout). The file is mapped, fully validated, and either the whole
+ * config.json beside it) or a directory (HF layouts: CSM, the Qwen3 code predictors, Kyutai Moshi's depformer as
+ * transformers saves MoshiForConditionalGeneration or MoshiDepthDecoder). The file is mapped, fully validated, and either the whole
  * model loads or nothing does (*out stays NULL). Free with dd_model_free. Thread-safe. */
 DD_API dd_status dd_model_load(dd_model **out, const char *path, dd_error *err);
 
@@ -100,8 +108,9 @@ DD_API dd_status dd_model_load(dd_model **out, const char *path, dd_error *err);
 DD_API dd_status dd_next_embedding(const dd_model *m, int n, const int32_t *codes, float *out, dd_error *err);
 
 /* Build one of the embedded synthetic models in memory: kind "gpt" (the seed's dims), "csm" (CSM-1B depth dims),
- * "qwen3tts" (Qwen3-TTS's code predictor dims: q/k norms, no head0) or "tiny-gpt" / "tiny-llama" / "tiny-qwen3"
- * (small models for tests). Weights are deterministic functions of `seed`, scaled so that
+ * "qwen3tts" (Qwen3-TTS's code predictor dims: q/k norms, no head0), "moshi" (Kyutai Moshi's depformer dims: 8 x
+ * 2048, D 1024, 6 layers, 16 x 64, gated width 2816, text vocab 32000, temporal width 4096; per-position weights) or
+ * "tiny-gpt" / "tiny-llama" / "tiny-qwen3" / "tiny-moshi" (small models for tests). Weights are deterministic functions of `seed`, scaled so that
  * activations stay O(1), stored as `weights` (q8/q4 with group 64). Free with dd_model_free. */
 DD_API dd_status dd_model_synthetic(dd_model **out, const char *kind, dd_dtype weights, uint64_t seed, dd_error *err);
 
@@ -122,7 +131,9 @@ typedef struct dd_tensor_view {
  * it has read it. `config_json` is the text of the config: an HF CSM config.json (`"model_type": "csm"`; the
  * tensors then carry the HF CSM names and layouts dd_model_load accepts in a directory, e.g. `lm_head.weight`,
  * `depth_decoder.codebooks_head.weight [Q-1, D, V]`, `depth_decoder.model.layers.{i}.mlp.up_proj.weight`; an
- * `nn.Module`'s `state_dict()` of a transformers `CsmForConditionalGeneration` is such a list) or a native
+ * `nn.Module`'s `state_dict()` of a transformers `CsmForConditionalGeneration` is such a list; likewise a Qwen3 code
+ * predictor's or Moshi's config.json with the names of their directories, e.g. a `MoshiForConditionalGeneration`
+ * state_dict with its config) or a native
  * config (`"format": "depthdec"`, native names; dense weights only: MLX-quantized tensors need U32, which
  * dd_tensor_view does not carry). Tensors the model does not use (an HF CSM backbone, codec, text embeddings)
  * may be given and are ignored without being read. The values the model uses are copied: the caller's buffers
@@ -232,10 +243,22 @@ DD_API dd_sampling dd_sampling_default(void); /* T 0.9, K 50 (CSM's) */
 DD_API dd_status dd_decode(dd_decoder *d, int n, const float *hidden, const int32_t *c0, const uint64_t *seeds,
                            const uint64_t *frames, const dd_sampling *s, int32_t *codes, dd_error *err);
 
+/* Models that condition on the frame's text token (Kyutai Moshi's depformer: config text_vocab > 0) take one text id
+ * per row, text [n] in [0, text_vocab], through these two calls; dd_decode / dd_score are them with text NULL, which
+ * such a model refuses (DD_EINVAL, "text tokens required"), as a model without text refuses a text array. Moshi also
+ * accepts input codes up to codebook_size inclusive (its tables' pad/initial row): c0 and score's codes are in
+ * [0, codebook_size]; the codes it decodes are in [0, codebook_size). Otherwise as dd_decode / dd_score. */
+DD_API dd_status dd_decode_text(dd_decoder *d, int n, const float *hidden, const int32_t *text, const int32_t *c0,
+                                const uint64_t *seeds, const uint64_t *frames, const dd_sampling *s, int32_t *codes,
+                                dd_error *err);
+DD_API dd_status dd_score_text(dd_decoder *d, int n, const float *hidden, const int32_t *text, const int32_t *codes,
+                               float *logits, float *logits0, dd_error *err);
+
 /* Teacher-forced logits for n rows.
  *   hidden  [n, input_dim]; codes [n, levels] (code level Q-1 is not read but must be in range)
  *   logits  [n, levels-1, V] out: logits of levels 1..Q-1 given codes 0..Q-2
- *   logits0 [n, V] out or NULL: head0 · hidden (DD_EUNSUPPORTED when requested and the model has no head0) */
+ *   logits0 [n, V] out or NULL: head0 · hidden (DD_EUNSUPPORTED when requested and the model has no head0; Moshi:
+ *           the logits of c0 at position 0, given the row's hidden state and text token) */
 DD_API dd_status dd_score(dd_decoder *d, int n, const float *hidden, const int32_t *codes, float *logits,
                           float *logits0, dd_error *err);
 
@@ -288,13 +311,14 @@ DD_API dd_status dd_measure_read_bandwidth_size(dd_backend b, int threads, uint6
 /* ---- input arrays: the one check the CLI and the Python package both apply ------------------------------------ */
 
 /* Which input an array is. */
-typedef enum dd_input { DD_INPUT_HIDDEN = 0, DD_INPUT_C0 = 1, DD_INPUT_CODES = 2 } dd_input;
+typedef enum dd_input { DD_INPUT_HIDDEN = 0, DD_INPUT_C0 = 1, DD_INPUT_CODES = 2, DD_INPUT_TEXT = 3 } dd_input;
 
 /* Whether an array described NumPy-style (dtype kind 'f' float, 'i' signed, 'u' unsigned, 'b' bool, ... and its
  * item size in bytes; ndim and shape) is acceptable as `what` for model m, before its values are looked at:
  *   hidden  float (itemsize 2, 4 or 8: float16/float64 are converted to float32), [N, input_dim], N >= 1
  *   c0      signed integer (itemsize 4 or 8: int32/int64), [rows]
  *   codes   signed integer (itemsize 4 or 8), [rows, levels]
+ *   text    signed integer (itemsize 4 or 8), [rows]; only for a model with text_vocab > 0 (else refused)
  * rows = N of the hidden array (ignored for hidden). DD_EINVAL with a message starting with `label` (e.g. the file
  * and option, "h.npy (--hidden)") that names the dtype or shape and what is wanted, e.g.
  * "c.npy (--codes): dtype int8, want int32 or int64". Values (finite, codes in [0, V)) are checked by

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch baseline for the CUDA result table: the same depth decoder, from the same native .safetensors file
-(`depthdec export --synthetic gpt|csm --weights bf16 --out FILE`), as a hand-written loop of the Q-1 passes of one
-frame (KV cache, sampling with top-k 50 / T 0.9 and Gumbel noise, embedding gather), run eagerly and as one CUDA
+(`depthdec export --synthetic gpt|csm|qwen3tts|moshi --weights bf16 --out FILE`), as a hand-written loop of the Q-1
+passes of one frame (Moshi's depformer: its Q passes with per-position weight slices) (KV cache, sampling with top-k 50 / T 0.9 and Gumbel noise, embedding gather), run eagerly and as one CUDA
 graph per frame, at batch 1 and 256. Weights and activations in bf16 (how such a loop is usually written; the
 engine under test keeps float32 activations). Times are CUDA-event medians of whole frames.
 
@@ -55,6 +55,7 @@ class Decoder:
         self.c, self.W, self.B, self.dev = cfg, W, B, dev
         c = cfg
         self.gpt = c["block"] == "gpt"
+        self.pp = bool(c.get("per_position"))  # Moshi's depformer: slice p of every matrix in pass p
         self.Q, self.V, self.D, self.L = c["levels"], c["codebook_size"], c["dim"], c["layers"]
         self.H, self.KV, self.HD, self.eps = c["heads"], c["kv_heads"], c["head_dim"], c["norm_eps"]
         self.kc = torch.zeros(self.L, B, self.KV, self.Q, self.HD, device=dev, dtype=torch.bfloat16)
@@ -62,7 +63,9 @@ class Decoder:
         self.h = torch.randn(B, c["input_dim"], device=dev, dtype=torch.bfloat16)
         self.c0 = torch.randint(0, self.V, (B,), device=dev)
         self.codes = torch.zeros(B, self.Q, dtype=torch.long, device=dev)
-        if not self.gpt:
+        if self.pp:
+            self.text = torch.randint(0, c["text_vocab"] + 1, (B,), device=dev)
+        if not self.gpt and not self.pp:
             inv = torch.tensor(inv_freq(c), dtype=torch.float64)
             ang = torch.arange(self.Q, dtype=torch.float64)[:, None] * inv[None, :]
             self.cos = torch.cat([ang.cos(), ang.cos()], -1).to(dev, torch.bfloat16)
@@ -86,7 +89,9 @@ class Decoder:
         B, H, KV, HD = self.B, self.H, self.KV, self.HD
         pos = torch.arange(p0, p0 + P, device=self.dev)
         for i in range(self.L):
-            g = lambda n: W.get(f"layers.{i}.{n}")
+            def g(n, i=i):
+                w = W.get(f"layers.{i}.{n}")
+                return w[p0] if self.pp and w is not None and w.dim() == 3 else w  # Moshi: position p0's slice
             n = self.norm(x, g("norm1.weight"), g("norm1.bias"))
             qkv = F.linear(n, g("qkv.weight"), g("qkv.bias"))
             q, k, v = qkv.split([H * HD, KV * HD, KV * HD], -1)
@@ -96,7 +101,7 @@ class Decoder:
             if g("q_norm.weight") is not None:  # Qwen3 code predictors: per-head RMSNorm of q and k before RoPE
                 q = F.rms_norm(q, (HD,), g("q_norm.weight"), self.eps)
                 k = F.rms_norm(k, (HD,), g("k_norm.weight"), self.eps)
-            if not self.gpt:
+            if not self.gpt and not self.pp:
                 q, k = self.rot(q, pos), self.rot(k, pos)
             self.kc[i, :, :, p0:p0 + P] = k
             self.vc[i, :, :, p0:p0 + P] = v
@@ -125,7 +130,24 @@ class Decoder:
         u = torch.rand_like(z).clamp_(1e-7, 1 - 1e-7)
         return torch.argmax(z - torch.log(-torch.log(u)), -1)
 
+    def frame_per_position(self):
+        """Moshi: Q one-position passes; input p = table row + in_proj[p] . h; heads[p], no final norm; c0 given
+        (as depthdec bench times it: position 0 runs, its head is skipped)"""
+        torch, W = self.torch, self.W
+        F = torch.nn.functional
+        x = W["text_embed.weight"][self.text] + F.linear(self.h, W["in_proj.weight"][0])
+        self.codes[:, 0] = self.c0
+        for p in range(self.Q):
+            x = self.layers(x[:, None], p, 1)[:, 0]
+            if p > 0:
+                self.codes[:, p] = self.sample(F.linear(x, W["heads.weight"][p]))
+            if p < self.Q - 1:
+                x = W["embed.weight"][p][self.codes[:, p]] + F.linear(self.h, W["in_proj.weight"][p + 1])
+        return self.codes
+
     def frame(self):
+        if self.pp:
+            return self.frame_per_position()
         torch, W, D = self.torch, self.W, self.D
         F = torch.nn.functional
         pos = W.get("pos.weight")

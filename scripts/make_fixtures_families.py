@@ -50,7 +50,7 @@ TOL = 1e-10      # cross-check: max|diff| / max|logit|
 MOSHI = dict(Q=8, V=64, TV=40, IN=48, D=32, L=3, H=4, KVH=4, HD=8, F=64, eps=1e-8)   # F = ffn_dim = fc1 rows
 # Q = 12 > transformers' default sliding_window 8: the whole-frame attention of the original differs from
 # transformers' cached generate from position 8 on (depth decoder saved alone, 2 layers, to stay small)
-MOSHI12 = dict(MOSHI, Q=12, L=2)
+MOSHI12 = dict(MOSHI, Q=12, L=2, KVH=2)   # and GQA (2 kv heads for 4 query heads; the published model has none)
 # Qwen3-Omni code predictor: Q code groups of V, talker codec table TVC rows, width D (= talker width)
 QWEN = dict(Q=8, V=64, TVC=72, D=32, L=3, H=4, KVH=2, HD=16, F=64, eps=1e-6, theta=1000000.0)
 torch.set_default_dtype(torch.float32)
@@ -274,14 +274,16 @@ def moshi_fixture(outdir, name="moshi_tiny", m=MOSHI, seeds=(30, 31)):
     while len(rows) < N:
         cand = rng.standard_normal((16, m["IN"])).astype(np.float32)
         ctext = rng.integers(0, m["TV"] + 1, 16)
-        if not rows:
-            ctext[:] = m["TV"]                # first row: the extra text row (text vocab + 1)
+        if not rows:                          # edge ids: the extra text row (text vocab + 1) and row 0
+            ctext[0], ctext[1] = m["TV"], 0
         tried += 16
         _, g = greedy(cand.astype(np.float64), ctext)
         for r, t, gr in zip(cand, ctext, g):
             if gr > GAP_REL and len(rows) < N:
                 rows.append(r), texts.append(t), gaps.append(gr)
     hid, text = np.stack(rows), np.array(texts, np.int64)
+    # the text token must matter row by row: several distinct ids, the extra row among them
+    assert m["TV"] in text and len(set(text.tolist())) >= 3, text
     h = hid.astype(np.float64)
     codes = rng.integers(0, V, (N, Q))
     codes[1, : Q - 1] = V                     # row 1: every input code is the pad/initial row V
@@ -314,7 +316,9 @@ def moshi_fixture(outdir, name="moshi_tiny", m=MOSHI, seeds=(30, 31)):
     save_npys(name, outdir, {
         "hidden": (hid, f"temporal hidden state, N(0,1) f32, resampled for greedy gaps > {GAP_REL:g}*max|logit| "
                    f"(smallest {min(gaps):.3g})"),
-        "text": (text.astype(np.int32), f"text token per row in [0,{m['TV']}]; row 0 = {m['TV']} (the extra row)"),
+        "text": (text.astype(np.int32), f"text token per row in [0,{m['TV']}], {len(set(text.tolist()))} distinct; "
+                 f"{m['TV']} (the extra row) at rows {np.flatnonzero(text == m['TV']).tolist()}, 0 at rows "
+                 f"{np.flatnonzero(text == 0).tolist()}"),
         "codes": (codes.astype(np.int32), f"teacher-forcing codes in [0,{V}]; {V} = pad/initial embedding row "
                   "(row 1 levels 0..Q-2, row 2 level 3); column Q-1 is never an input"),
         "logits": (logits.astype(np.float32), "teacher-forced logits of levels 0..Q-1 (position k: text/c(k-1) in, "

@@ -87,7 +87,13 @@ stage_valgrind() {
             --out $o/l.npy --logits0 $o/l0.npy --backend $b --threads 2
         vg_run 0 score --model $F/gpt_bf16.safetensors --hidden $F/gpt_bf16_hidden.npy --codes $F/gpt_bf16_codes.npy \
             --out $o/l.npy --backend $b
+        # Moshi's depformer (sharded HF directory; text tokens; c0 sampled from position 0)
+        vg_run 0 generate --model $F/moshi_tiny --hidden $F/moshi_tiny_hidden.npy --text $F/moshi_tiny_text.npy \
+            --out $o/c.npy --backend $b --threads 2
+        vg_run 0 score --model $F/moshi_q12 --hidden $F/moshi_q12_hidden.npy --codes $F/moshi_q12_codes.npy \
+            --text $F/moshi_q12_text.npy --out $o/l.npy --logits0 $o/l0.npy --backend $b
     done
+    vg_run 1 generate --model $F/moshi_tiny --hidden $F/moshi_tiny_hidden.npy --out $o/c.npy
     vg_run 0 generate --model $F/gpt_f16.safetensors --hidden $F/gpt_f16_hidden.npy --out $o/c.npy --top-k 5 \
         --temperature 1.2 --batch 3 --backend cpu
     # bench on a tiny model (it also measures read bandwidth over a 1 GiB buffer: the slowest command here)

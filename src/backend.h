@@ -44,6 +44,10 @@ struct dd_decoder {
     const dd_backend_vt *vt;
     void *impl;
     int32_t *codes_tmp; /* [max_batch, Q] */
+    /* The current call's text tokens [n] (models with text_vocab > 0, checked in range), else NULL: set by
+     * dd_decode_text / dd_score_text for the duration of the backend's decode or score call (a per-call input
+     * beside the vtable's arguments, so backends that do not run such models need no change). */
+    const int32_t *text;
 };
 
 /* The backends themselves (which exist, their vtables, probes and hooks) are rows of registry.h. */

@@ -64,6 +64,9 @@ static dd_status check_config(const char *src, dd_config *c, dd_error *err) {
                            src, c->rope_factor, c->rope_low_freq_factor, c->rope_high_freq_factor,
                            c->rope_original_max_pos);
     }
+    if (c->per_position && (c->has_rope || c->block != DD_BLOCK_LLAMA || c->has_qk_norm))
+        return dd_fail(err, DD_EMODEL, "%s: config: per-position weights (Moshi's depformer) go with a llama block "
+                       "without RoPE or q/k norms", src);
     if (c->quant_bits && c->quant_bits != 8 && c->quant_bits != 4)
         return dd_fail(err, DD_EMODEL, "%s: config: quantization bits %d (want 8 or 4)", src, c->quant_bits);
     if (c->quant_bits && c->quant_group != 32 && c->quant_group != 64 && c->quant_group != 128)
@@ -116,6 +119,16 @@ dd_status dd_config_parse_native(const char *src, const json_t *o, dd_config *c,
         if (!json_is_boolean(qk)) return dd_fail(err, DD_EMODEL, "%s: config: \"qk_norm\" must be true or false", src);
         c->has_qk_norm = json_is_true(qk);
     }
+    const json_t *pp = json_object_get(o, "per_position");
+    if (pp && !json_is_null(pp)) {
+        if (!json_is_boolean(pp))
+            return dd_fail(err, DD_EMODEL, "%s: config: \"per_position\" must be true or false", src);
+        c->per_position = json_is_true(pp);
+    }
+    if ((st = get_int(src, o, "text_vocab", 0, 0, DD_MAX_TEXT_VOCAB, &c->text_vocab, err))) return st;
+    if (c->per_position != (c->text_vocab > 0))
+        return dd_fail(err, DD_EMODEL, "%s: config: \"per_position\": true and \"text_vocab\" > 0 go together "
+                       "(Moshi's depformer)", src);
     const json_t *rope = json_object_get(o, "rope");
     if (rope && !json_is_null(rope)) {
         if (!json_is_object(rope)) return dd_fail(err, DD_EMODEL, "%s: config: \"rope\" must be null or an object", src);
@@ -141,27 +154,37 @@ dd_status dd_config_parse_native(const char *src, const json_t *o, dd_config *c,
     return check_config(src, c, err);
 }
 
-/* The Llama-style keys an HF decoder config shares (CSM's depth decoder, the Qwen3 code predictors): V, D, layers,
- * heads, kv heads, head_dim, ffn, eps, activation, RoPE. `where` names the object in messages. */
-static dd_status parse_hf_llama(const char *src, const char *where, const json_t *d, dd_config *c, dd_error *err) {
+/* The transformer keys every HF decoder config here shares (CSM's depth decoder, the Qwen3 code predictors, Moshi's
+ * depformer): D, layers, heads, kv heads (default: heads), head_dim (default D / heads), rms_norm_eps (default
+ * eps_default), hidden_act (silu only). `where` names the object in messages. */
+static dd_status parse_hf_block(const char *src, const char *where, const json_t *d, double eps_default, dd_config *c,
+                                dd_error *err) {
     c->block = DD_BLOCK_LLAMA;
     dd_status st;
     double eps;
-    if ((st = get_int(src, d, "vocab_size", -1, 1, DD_MAX_VOCAB, &c->codebook_size, err)) ||
-        (st = get_int(src, d, "hidden_size", -1, 1, DD_MAX_DIM, &c->dim, err)) ||
+    if ((st = get_int(src, d, "hidden_size", -1, 1, DD_MAX_DIM, &c->dim, err)) ||
         (st = get_int(src, d, "num_hidden_layers", -1, 1, DD_MAX_LAYERS, &c->layers, err)) ||
         (st = get_int(src, d, "num_attention_heads", -1, 1, DD_MAX_HEADS, &c->heads, err)) ||
         (st = get_int(src, d, "num_key_value_heads", c->heads, 1, DD_MAX_HEADS, &c->kv_heads, err)) ||
         (st = get_int(src, d, "head_dim", c->dim / c->heads > 0 ? c->dim / c->heads : -1, 1, DD_MAX_HEAD_DIM,
                       &c->head_dim, err)) ||
-        (st = get_int(src, d, "intermediate_size", -1, 1, DD_MAX_FFN, &c->ffn_dim, err)) ||
-        (st = get_num(src, d, "rms_norm_eps", 1e-5, &eps, err)))
+        (st = get_num(src, d, "rms_norm_eps", eps_default, &eps, err)))
         return st;
     c->norm_eps = (float)eps;
     const json_t *act = json_object_get(d, "hidden_act");
     if (act && json_is_string(act) && strcmp(json_string_value(act), "silu") != 0)
         return dd_fail(err, DD_EMODEL, "%s: %shidden_act \"%s\" (only silu is supported)", src, where,
                        json_string_value(act));
+    return DD_OK;
+}
+
+/* The Llama-style keys of CSM's depth decoder and the Qwen3 code predictors: V, ffn, the block's keys, RoPE. */
+static dd_status parse_hf_llama(const char *src, const char *where, const json_t *d, dd_config *c, dd_error *err) {
+    dd_status st;
+    if ((st = get_int(src, d, "vocab_size", -1, 1, DD_MAX_VOCAB, &c->codebook_size, err)) ||
+        (st = get_int(src, d, "intermediate_size", -1, 1, DD_MAX_FFN, &c->ffn_dim, err)) ||
+        (st = parse_hf_block(src, where, d, 1e-5, c, err)))
+        return st;
     /* RoPE: transformers >= 5 writes rope_parameters {rope_type, rope_theta, ...}; 4.x writes rope_theta and
      * rope_scaling {rope_type|type, factor, ...}. */
     c->has_rope = 1;
@@ -242,11 +265,56 @@ dd_status dd_config_parse_qwen3(const char *src, const json_t *o, dd_config *c, 
     return check_config(src, c, err);
 }
 
+/* Kyutai Moshi's depformer (transformers MoshiDepthConfig keys): num_codebooks Q, audio_vocab_size V, vocab_size
+ * (text ids 0..vocab_size: vocab_size + 1 rows), input_size (the temporal model's width), hidden_size D, layers,
+ * heads (kv heads default to heads), head_dim (default D / heads), ffn_dim = fc1's rows = 2 x the gated width (our
+ * ffn_dim is the gated width: fc1 is gate rows then up rows, as the native llama layout), rms_norm_eps (default
+ * 1e-8, transformers' and the original's rms_norm_f32), hidden_act silu. No RoPE (use_rope=False), no final norm. */
+dd_status dd_config_parse_moshi(const char *src, const json_t *o, dd_config *c, const char **prefix, dd_error *err) {
+    memset(c, 0, sizeof *c);
+    if (!json_is_object(o)) return dd_fail(err, DD_EMODEL, "%s: not a JSON object", src);
+    const json_t *mt = json_object_get(o, "model_type");
+    const char *t = json_is_string(mt) ? json_string_value(mt) : "";
+    const json_t *d = o;
+    const char *where = "";
+    if (strcmp(t, "moshi") == 0) {
+        d = json_object_get(o, "depth_decoder_config");
+        if (!json_is_object(d)) return dd_fail(err, DD_EMODEL, "%s: missing object \"depth_decoder_config\"", src);
+        where = "depth_decoder_config.";
+        *prefix = "depth_decoder.";
+    } else if (strcmp(t, "moshi_depth") == 0) {
+        *prefix = "";
+    } else {
+        return dd_fail(err, DD_EMODEL, "%s: model_type \"%s\" is not moshi or moshi_depth", src, t);
+    }
+    c->per_position = 1;
+    dd_status st;
+    int ffn2;
+    if ((st = get_int(src, d, "num_codebooks", -1, 2, DD_MAX_LEVELS, &c->levels, err)) ||
+        (st = get_int(src, d, "audio_vocab_size", -1, 1, DD_MAX_VOCAB - 1, &c->codebook_size, err)) ||
+        (st = get_int(src, d, "vocab_size", -1, 1, DD_MAX_TEXT_VOCAB, &c->text_vocab, err)) ||
+        (st = get_int(src, d, "input_size", -1, 1, DD_MAX_DIM, &c->input_dim, err)) ||
+        (st = get_int(src, d, "ffn_dim", -1, 2, 2 * DD_MAX_FFN, &ffn2, err)) ||
+        (st = parse_hf_block(src, where, d, 1e-8, c, err)))
+        return st;
+    if (ffn2 % 2)
+        return dd_fail(err, DD_EMODEL, "%s: %sffn_dim %d is odd (fc1 holds gate rows then up rows: 2 x the gated width)",
+                       src, where, ffn2);
+    c->ffn_dim = ffn2 / 2;
+    return check_config(src, c, err);
+}
+
+const char *dd_family_name(int family) {
+    static const char *const names[] = {"native", "csm", "qwen3", "moshi"};
+    return family >= 0 && family <= DD_FAMILY_MOSHI ? names[family] : "?";
+}
+
 /* The model_type of an HF config.json: which loader reads the directory */
 dd_family dd_config_family(const json_t *o) {
     const json_t *mt = json_is_object(o) ? json_object_get(o, "model_type") : NULL;
     const char *t = json_is_string(mt) ? json_string_value(mt) : "";
     if (strcmp(t, "csm") == 0) return DD_FAMILY_CSM;
     if (strcmp(t, "qwen3_tts") == 0 || strcmp(t, "qwen3_omni_moe_talker_code_predictor") == 0) return DD_FAMILY_QWEN3;
+    if (strcmp(t, "moshi") == 0 || strcmp(t, "moshi_depth") == 0) return DD_FAMILY_MOSHI;
     return DD_FAMILY_NATIVE;
 }

@@ -94,9 +94,10 @@ dd_status dd_fail_code(dd_error *err, const char *what, int row, int level, int 
     return dd_fail(err, DD_EINVAL, "%s row %d, level %d: code %d outside [0, %d)", what, row, level, (int)v, V);
 }
 
+/* Input codes are in [0, V); Moshi's tables have a pad/initial row V, a valid input: [0, V]. */
 static dd_status check_codes(const dd_decoder *d, const char *what, const int32_t *c, int n, int per_row,
                              dd_error *err) {
-    int V = d->m->cfg.codebook_size;
+    int V = d->m->embed_rows;
     for (int r = 0; r < n; r++)
         for (int l = 0; l < per_row; l++) {
             int32_t v = c[(size_t)r * per_row + l];
@@ -113,8 +114,33 @@ static dd_status check_sampling(const dd_sampling *s, dd_sampling *out, dd_error
     return DD_OK;
 }
 
+/* The text tokens: required (and in [0, text_vocab]) exactly when the model takes them. */
+static dd_status check_text(const dd_decoder *d, int n, const int32_t *text, dd_error *err) {
+    const dd_config *c = &d->m->cfg;
+    if (!c->text_vocab)
+        return text ? dd_fail(err, DD_EINVAL, "%s: the model takes no text tokens (text given)", d->m->source) : DD_OK;
+    if (!text)
+        return dd_fail(err, DD_EINVAL, "%s: text tokens required: the model (Moshi's depformer) conditions each frame "
+                       "on its text token", d->m->source);
+    for (int r = 0; r < n; r++)
+        if (text[r] < 0 || text[r] > c->text_vocab)
+            return dd_fail(err, DD_EINVAL, "text row %d: token %d outside [0, %d]", r, (int)text[r], c->text_vocab);
+    return DD_OK;
+}
+
 dd_status dd_decode(dd_decoder *d, int n, const float *hidden, const int32_t *c0, const uint64_t *seeds,
                     const uint64_t *frames, const dd_sampling *s, int32_t *codes, dd_error *err) {
+    return dd_decode_text(d, n, hidden, NULL, c0, seeds, frames, s, codes, err);
+}
+
+dd_status dd_score(dd_decoder *d, int n, const float *hidden, const int32_t *codes, float *logits, float *logits0,
+                   dd_error *err) {
+    return dd_score_text(d, n, hidden, NULL, codes, logits, logits0, err);
+}
+
+dd_status dd_decode_text(dd_decoder *d, int n, const float *hidden, const int32_t *text, const int32_t *c0,
+                         const uint64_t *seeds, const uint64_t *frames, const dd_sampling *s, int32_t *codes,
+                         dd_error *err) {
     dd_error_clear(err);
     if (!d) return dd_fail(err, DD_EINVAL, "dd_decode: decoder is NULL");
     if (!codes) return dd_fail(err, DD_EINVAL, "dd_decode: codes is NULL");
@@ -126,14 +152,17 @@ dd_status dd_decode(dd_decoder *d, int n, const float *hidden, const int32_t *c0
     if (c0 && (st = check_codes(d, "c0", c0, n, 1, err))) return st;
     if (!c0 && !d->m->cfg.has_head0)
         return dd_fail(err, DD_EUNSUPPORTED, "%s: no head0 in the model: c0 must be given", d->m->source);
+    if ((st = check_text(d, n, text, err))) return st;
+    d->text = text;
     st = d->vt->decode(d, n, hidden, c0, seeds, frames, &sp, d->codes_tmp, err);
+    d->text = NULL;
     if (st) return st;
     memcpy(codes, d->codes_tmp, (size_t)n * d->m->cfg.levels * sizeof(int32_t));
     return DD_OK;
 }
 
-dd_status dd_score(dd_decoder *d, int n, const float *hidden, const int32_t *codes, float *logits, float *logits0,
-                   dd_error *err) {
+dd_status dd_score_text(dd_decoder *d, int n, const float *hidden, const int32_t *text, const int32_t *codes,
+                        float *logits, float *logits0, dd_error *err) {
     dd_error_clear(err);
     if (!d) return dd_fail(err, DD_EINVAL, "dd_score: decoder is NULL");
     if (!codes || !logits) return dd_fail(err, DD_EINVAL, "dd_score: codes or logits is NULL");
@@ -142,7 +171,11 @@ dd_status dd_score(dd_decoder *d, int n, const float *hidden, const int32_t *cod
     if ((st = check_codes(d, "codes", codes, n, d->m->cfg.levels, err))) return st;
     if (logits0 && !d->m->cfg.has_head0)
         return dd_fail(err, DD_EUNSUPPORTED, "%s: no head0 in the model: level-0 logits unavailable", d->m->source);
-    return d->vt->score(d, n, hidden, codes, logits, logits0, err);
+    if ((st = check_text(d, n, text, err))) return st;
+    d->text = text;
+    st = d->vt->score(d, n, hidden, codes, logits, logits0, err);
+    d->text = NULL;
+    return st;
 }
 
 /* ---- device pointers on the caller's stream: the host-checkable arguments here, the rest in the backend ---- */

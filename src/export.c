@@ -7,6 +7,7 @@
  *     and heads: quantized when bits > 0, else in their stored type (an already-quantized input is re-quantized
  *     from its dequantized values, or kept as it is when bits and group are unchanged);
  *   - norms, biases, learned positions: float32 (the loader holds them as exact float32 copies);
+ *   - Moshi (per-position weights): the stacks [Q, out, in] of put_per_position, text and code tables;
  *   - code embeddings in model space, [Q-1, V, D], in their stored type, quantized only with `embeddings`. A CSM
  *     model's table lives in backbone space and goes through in() every pass; it is written as in(table),
  *     computed with double accumulation and rounded to the table's type — SPEC §1 allows this; it changes the
@@ -189,7 +190,8 @@ static dd_weight model_space_embed(writer *w, const dd_model *m) {
 
 static void config_json(const dd_model *m, const dd_export_params *p, char *buf, size_t n) {
     const dd_config *c = &m->cfg;
-    char rope[400] = "null", quant[128] = "";
+    char rope[400] = "null", quant[128] = "", moshi[96] = "";
+    if (c->per_position) snprintf(moshi, sizeof moshi, ",\"per_position\":true,\"text_vocab\":%d", c->text_vocab);
     if (c->has_rope && c->rope_scaling)
         snprintf(rope, sizeof rope,
                  "{\"theta\":%.17g,\"scaling\":{\"factor\":%.17g,\"low_freq_factor\":%.17g,\"high_freq_factor\":%.17g,"
@@ -204,10 +206,44 @@ static void config_json(const dd_model *m, const dd_export_params *p, char *buf,
     snprintf(buf, n,
              "{\"format\":\"depthdec\",\"version\":1,\"block\":\"%s\",\"levels\":%d,\"codebook_size\":%d,"
              "\"input_dim\":%d,\"dim\":%d,\"layers\":%d,\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"ffn_dim\":%d,"
-             "\"norm_eps\":%.9g,\"rope\":%s%s%s}",
+             "\"norm_eps\":%.9g,\"rope\":%s%s%s%s}",
              c->block == DD_BLOCK_GPT ? "gpt" : "llama", c->levels, c->codebook_size, c->input_dim, c->dim, c->layers,
              c->heads, c->kv_heads, c->head_dim, c->ffn_dim, (double)c->norm_eps, rope, quant,
-             c->has_qk_norm ? ",\"qk_norm\":true" : "");
+             c->has_qk_norm ? ",\"qk_norm\":true" : "", moshi);
+}
+
+/* Moshi (per-position weights): text_embed [TV+1, D], embed [Q-1, V+1, D] (quantized only with `embeddings`),
+ * in_proj [Q, D, I], per layer norm1/norm2 [D] and the stacks qkv [Q, (H+2KV) HD, D] (per slice q, k, v rows),
+ * out [Q, D, H HD], fc1 [Q, 2F, D] (per slice gate rows, then up rows), fc2 [Q, D, F]; heads [Q, V, D]. */
+static void put_per_position(writer *w, const dd_model *m, int q) {
+    const dd_config *c = &m->cfg;
+    const int64_t Q = c->levels, V = c->codebook_size, D = c->dim, L = c->layers;
+    const int64_t qkv_n = (int64_t)(c->heads + 2 * c->kv_heads) * c->head_dim;
+    put_mat(w, "text_embed", (const dd_weight *[]){&m->text_embed}, 1, 2, (int64_t[]){c->text_vocab + 1},
+            q && w->p->embeddings);
+    put_mat(w, "embed", (const dd_weight *[]){&m->embed}, 1, 3, (int64_t[]){Q - 1, V + 1}, q && w->p->embeddings);
+    put_mat(w, "in_proj", (const dd_weight *[]){&m->in_proj}, 1, 3, (int64_t[]){Q, D}, q);
+    const dd_weight *parts[3 * DD_MAX_LEVELS];
+    char nm[200];
+    for (int i = 0; i < L && !w->l.st; i++) {
+#define NM(fmt) (snprintf(nm, sizeof nm, "layers.%d." fmt, i), nm)
+        const dd_layer *l0 = dd_model_layer(m, 0, i);
+        put_vec(w, NM("norm1.weight"), l0->norm1_w, D);
+        put_vec(w, NM("norm2.weight"), l0->norm2_w, D);
+        for (int p = 0; p < Q; p++) {
+            const dd_layer *l = dd_model_layer(m, p, i);
+            parts[3 * p] = &l->wq, parts[3 * p + 1] = &l->wk, parts[3 * p + 2] = &l->wv;
+        }
+        put_mat(w, NM("qkv"), parts, 3 * (int)Q, 3, (int64_t[]){Q, qkv_n}, q);
+        for (int p = 0; p < Q; p++) parts[p] = &dd_model_layer(m, p, i)->wo;
+        put_mat(w, NM("out"), parts, (int)Q, 3, (int64_t[]){Q, D}, q);
+        for (int p = 0; p < Q; p++) parts[2 * p] = &dd_model_layer(m, p, i)->fc1, parts[2 * p + 1] = &dd_model_layer(m, p, i)->up;
+        put_mat(w, NM("fc1"), parts, 2 * (int)Q, 3, (int64_t[]){Q, 2 * c->ffn_dim}, q);
+        for (int p = 0; p < Q; p++) parts[p] = &dd_model_layer(m, p, i)->fc2;
+        put_mat(w, NM("fc2"), parts, (int)Q, 3, (int64_t[]){Q, D}, q);
+#undef NM
+    }
+    put_mat(w, "heads", (const dd_weight *[]){&m->heads}, 1, 3, (int64_t[]){Q, V}, q);
 }
 
 static dd_status build_image(const dd_model *m, const dd_export_params *p, uint8_t **img, size_t *size,
@@ -224,7 +260,13 @@ static dd_status build_image(const dd_model *m, const dd_export_params *p, uint8
     writer w = {.l = {.what = "export", .err = err}, .p = p, .total = 7 * c->layers + 3};
     int q = p->bits != 0;
     int64_t Q = c->levels, V = c->codebook_size, D = c->dim;
-    char nm[200];
+    char nm[200], cfg[1200];
+    if (c->per_position) {
+        w.total = 4 * c->layers + 4;
+        put_per_position(&w, m, q);
+        config_json(m, p, cfg, sizeof cfg);
+        return dd_st_list_finish(&w.l, "depthdec.config", cfg, img, size);
+    }
     if (c->has_head0) put_mat(&w, "head0", (const dd_weight *[]){&m->head0}, 1, 2, (int64_t[]){V}, q);
     if (c->has_in_proj) put_mat(&w, "in_proj", (const dd_weight *[]){&m->in_proj}, 1, 2, (int64_t[]){D}, q);
     put_vec(&w, "in_proj.bias", m->in_bias, D);
@@ -266,7 +308,6 @@ static dd_status build_image(const dd_model *m, const dd_export_params *p, uint8
     put_vec(&w, "norm.weight", m->norm_w, D);
     put_vec(&w, "norm.bias", m->norm_b, D);
     put_mat(&w, "heads", (const dd_weight *[]){&m->heads}, 1, 3, (int64_t[]){Q - 1, V}, q);
-    char cfg[1200];
     config_json(m, p, cfg, sizeof cfg);
     return dd_st_list_finish(&w.l, "depthdec.config", cfg, img, size);
 }

@@ -29,7 +29,8 @@ static void shape_str(int ndim, const int64_t *shape, char *buf, size_t cap) {
 dd_status dd_input_check(const dd_model *m, dd_input what, char kind, int itemsize, int ndim, const int64_t *shape,
                          int64_t rows, const char *label, dd_error *err) {
     dd_error_clear(err);
-    if (!label) label = what == DD_INPUT_HIDDEN ? "hidden" : what == DD_INPUT_C0 ? "c0" : "codes";
+    if (!label)
+        label = what == DD_INPUT_HIDDEN ? "hidden" : what == DD_INPUT_C0 ? "c0" : what == DD_INPUT_TEXT ? "text" : "codes";
     if (!m || (ndim > 0 && !shape) || ndim < 0) return dd_fail(err, DD_EINVAL, "%s: NULL model or shape", label);
     const dd_config *c = dd_model_config(m);
     char dt[64], sh[200];
@@ -43,10 +44,15 @@ dd_status dd_input_check(const dd_model *m, dd_input what, char kind, int itemsi
         if (shape[0] < 1) return dd_fail(err, DD_EINVAL, "%s: no rows (shape %s)", label, sh);
         return DD_OK;
     }
-    if (what != DD_INPUT_C0 && what != DD_INPUT_CODES)
+    if (what != DD_INPUT_C0 && what != DD_INPUT_CODES && what != DD_INPUT_TEXT)
         return dd_fail(err, DD_EINVAL, "%s: unknown input kind %d", label, (int)what);
+    if (what == DD_INPUT_TEXT && !c->text_vocab)
+        return dd_fail(err, DD_EINVAL, "%s: the model takes no text tokens (only Moshi's depformer does)", label);
     if (kind != 'i' || (itemsize != 4 && itemsize != 8))
         return dd_fail(err, DD_EINVAL, "%s: dtype %s, want int32 or int64", label, dt);
+    if (what == DD_INPUT_TEXT && (ndim != 1 || shape[0] != rows))
+        return dd_fail(err, DD_EINVAL, "%s: shape %s, want [N=%lld] (one text token per row of hidden)", label, sh,
+                       (long long)rows);
     if (what == DD_INPUT_C0 && (ndim != 1 || shape[0] != rows))
         return dd_fail(err, DD_EINVAL, "%s: shape %s, want [N=%lld] (one per row of hidden)", label, sh,
                        (long long)rows);

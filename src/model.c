@@ -118,11 +118,10 @@ const dd_config *dd_model_config(const dd_model *m) { return &m->cfg; }
 int dd_model_tensor_count(const dd_model *m) { return m->tensor_count; }
 const char *dd_model_source(const dd_model *m) { return m->source; }
 
-uint64_t dd_model_weight_bytes(const dd_model *m) {
-    const dd_config *c = &m->cfg;
-    uint64_t b = dd_weight_bytes(&m->head0) + dd_weight_bytes(&m->in_proj) + dd_weight_bytes(&m->embed) +
-                 dd_weight_bytes(&m->heads);
-    for (int i = 0; i < c->layers; i++) {
+/* Bytes of the layer matrices of all layers (and of every position's slices: Moshi). */
+static uint64_t layer_bytes(const dd_model *m) {
+    uint64_t b = 0;
+    for (int i = 0; i < m->cfg.layers * m->nslices; i++) {
         const dd_layer *l = &m->layer[i];
         b += dd_weight_bytes(&l->wq) + dd_weight_bytes(&l->wk) + dd_weight_bytes(&l->wv) + dd_weight_bytes(&l->wo) +
              dd_weight_bytes(&l->fc1) + dd_weight_bytes(&l->up) + dd_weight_bytes(&l->fc2);
@@ -130,22 +129,24 @@ uint64_t dd_model_weight_bytes(const dd_model *m) {
     return b;
 }
 
+uint64_t dd_model_weight_bytes(const dd_model *m) {
+    return dd_weight_bytes(&m->head0) + dd_weight_bytes(&m->in_proj) + dd_weight_bytes(&m->embed) +
+           dd_weight_bytes(&m->text_embed) + dd_weight_bytes(&m->heads) + layer_bytes(m);
+}
+
 /* Per frame with c0 given: Q-1 passes each read every layer matrix once (for all rows of the batch) and one
  * head slice; in_proj is read in pass 1 (for h) and, when code embeddings live in input space (CSM), once in
- * every pass. Embedding rows and vectors are negligible and not counted. */
+ * every pass. Per-position models (Moshi): Q passes, pass p reads slice p of every layer matrix and of in_proj,
+ * and head p except pass 0's (c0 given): every layer matrix and in_proj once, Q-1 of the Q heads. Embedding rows
+ * and vectors are negligible and not counted. */
 uint64_t dd_model_weight_bytes_per_frame(const dd_model *m) {
     const dd_config *c = &m->cfg;
-    uint64_t layers = 0;
-    for (int i = 0; i < c->layers; i++) {
-        const dd_layer *l = &m->layer[i];
-        layers += dd_weight_bytes(&l->wq) + dd_weight_bytes(&l->wk) + dd_weight_bytes(&l->wv) +
-                  dd_weight_bytes(&l->wo) + dd_weight_bytes(&l->fc1) + dd_weight_bytes(&l->up) +
-                  dd_weight_bytes(&l->fc2);
-    }
+    if (c->per_position)
+        return layer_bytes(m) + dd_weight_bytes(&m->in_proj) + dd_weight_bytes(&m->heads) / c->levels * (c->levels - 1);
     uint64_t passes = (uint64_t)c->levels - 1;
     uint64_t head_slice = dd_weight_bytes(&m->heads) / passes;
     uint64_t inp = dd_weight_bytes(&m->in_proj) * (c->embed_in_input_space ? passes : 1);
-    return passes * (layers + head_slice) + inp;
+    return passes * (layer_bytes(m) + head_slice) + inp;
 }
 
 /* ---- loader ----------------------------------------------------------------------------------------------- */
@@ -334,6 +335,81 @@ void dd_rope_table(double *cs, const double *inv_freq, int HD, int npos) {
         }
 }
 
+/* Per-position models (Moshi): layer i's stacks [Q, rows, cols] (viewed as Q*rows rows) cut into the Q slices
+ * m->layer[p * L + i]. q/k/v are three stacks, or one fused stack (k == NULL: per slice q rows, k rows, v rows, as the
+ * native qkv); fc1 holds per slice gate rows then up rows. The norm vectors are shared by the slices. */
+static void cut_slices(dd_model *m, int i, const dd_weight *q, const dd_weight *k, const dd_weight *v,
+                       const dd_weight *o, const dd_weight *fc1, const dd_weight *fc2, float *n1, float *n2) {
+    const dd_config *c = &m->cfg;
+    const int64_t qr = (int64_t)c->heads * c->head_dim, kr = (int64_t)c->kv_heads * c->head_dim, F = c->ffn_dim,
+                  D = c->dim;
+    for (int64_t p = 0; p < c->levels; p++) {
+        dd_layer *l = &m->layer[p * c->layers + i];
+        l->norm1_w = n1;
+        l->norm2_w = n2;
+        if (k) {
+            l->wq = dd_weight_rows(q, p * qr, qr);
+            l->wk = dd_weight_rows(k, p * kr, kr);
+            l->wv = dd_weight_rows(v, p * kr, kr);
+        } else {
+            const int64_t r = p * (qr + 2 * kr);
+            l->wq = dd_weight_rows(q, r, qr);
+            l->wk = dd_weight_rows(q, r + qr, kr);
+            l->wv = dd_weight_rows(q, r + qr + kr, kr);
+        }
+        l->wo = dd_weight_rows(o, p * D, D);
+        l->fc1 = dd_weight_rows(fc1, p * 2 * F, F);
+        l->up = dd_weight_rows(fc1, p * 2 * F + F, F);
+        l->fc2 = dd_weight_rows(fc2, p * D, D);
+    }
+}
+
+/* Moshi's depformer in the native layout (docs/formats.md): text_embed [TV+1, D], embed [Q-1, V+1, D], per-position
+ * stacks in_proj [Q, D, I], layers.{i}.qkv/out/fc1/fc2 [Q, rows, cols] and heads [Q, V, D]; layer norms [D]. A
+ * tensor that would change the frame but has no place in it (head0, a final norm, positions, biases, q/k norms)
+ * is refused by name rather than ignored. */
+static dd_status load_native_per_position(loader *L, dd_error *err) {
+    dd_model *m = L->m;
+    const dd_config *c = &m->cfg;
+    const int64_t D = c->dim, V = c->codebook_size, Q = c->levels, H = c->heads, KV = c->kv_heads, HD = c->head_dim,
+                  F = c->ffn_dim, I = c->input_dim;
+    dd_status s;
+    if ((s = load_mat(L, "text_embed.weight", 0, c->text_vocab + 1, D, 1, &m->text_embed, err)) ||
+        (s = load_mat(L, "embed.weight", Q - 1, V + 1, D, 1, &m->embed, err)) ||
+        (s = load_mat(L, "in_proj.weight", Q, D, I, 1, &m->in_proj, err)) ||
+        (s = load_mat(L, "heads.weight", Q, V, D, 1, &m->heads, err)))
+        return s;
+    static const char *const top[] = {"head0.weight", "norm.weight", "norm.bias", "pos.weight", "in_proj.bias"};
+    static const char *const per_layer[] = {"norm1.bias", "norm2.bias", "qkv.bias", "out.bias", "fc1.bias",
+                                            "fc2.bias", "q_norm.weight", "k_norm.weight"};
+    char n1[128], n2[128];
+    for (size_t k = 0; k < sizeof top / sizeof *top; k++)
+        if (find(L, top[k], NULL))
+            return dd_fail(err, DD_EMODEL, "%s: tensor '%s' has no place in a per-position (Moshi) model", L->label,
+                           top[k]);
+    for (int i = 0; i < c->layers; i++) {
+        for (size_t k = 0; k < sizeof per_layer / sizeof *per_layer; k++) {
+            snprintf(n1, sizeof n1, "layers.%d.%s", i, per_layer[k]);
+            if (find(L, n1, NULL))
+                return dd_fail(err, DD_EMODEL, "%s: tensor '%s' has no place in a per-position (Moshi) model",
+                               L->label, n1);
+        }
+        dd_weight qkv, out, fc1, fc2;
+        float *w1, *w2;
+#define NM(buf, fmt) (snprintf(buf, sizeof buf, "layers.%d." fmt, i), buf)
+        if ((s = load_vec(L, NM(n1, "norm1.weight"), D, 1, &w1, err)) ||
+            (s = load_vec(L, NM(n2, "norm2.weight"), D, 1, &w2, err)) ||
+            (s = load_mat(L, NM(n1, "qkv.weight"), Q, (H + 2 * KV) * HD, D, 1, &qkv, err)) ||
+            (s = load_mat(L, NM(n1, "out.weight"), Q, D, H * HD, 1, &out, err)) ||
+            (s = load_mat(L, NM(n1, "fc1.weight"), Q, 2 * F, D, 1, &fc1, err)) ||
+            (s = load_mat(L, NM(n1, "fc2.weight"), Q, D, F, 1, &fc2, err)))
+            return s;
+#undef NM
+        cut_slices(m, i, &qkv, NULL, NULL, &out, &fc1, &fc2, w1, w2);
+    }
+    return DD_OK;
+}
+
 static dd_status load_native_tensors(loader *L, dd_error *err) {
     dd_model *m = L->m;
     dd_config *c = &m->cfg;
@@ -342,6 +418,7 @@ static dd_status load_native_tensors(loader *L, dd_error *err) {
     int gpt = c->block == DD_BLOCK_GPT;
     dd_status s;
     char n1[128], n2[128];
+    if (c->per_position) return load_native_per_position(L, err);
     if ((s = load_mat(L, "head0.weight", 0, V, I, 0, &m->head0, err)) ||
         (s = load_mat(L, "in_proj.weight", 0, D, I, 0, &m->in_proj, err)) ||
         (s = load_vec(L, "in_proj.bias", D, 0, &m->in_bias, err)) ||
@@ -581,13 +658,56 @@ static dd_status load_qwen3_tensors(loader *L, dd_error *err) {
     return DD_OK;
 }
 
+/* Kyutai Moshi's depformer as transformers saves it (docs/formats.md): MoshiForConditionalGeneration (tensors under
+ * "depth_decoder.", usually sharded) or MoshiDepthDecoder alone (unprefixed). text_embed_tokens [TV+1, D] is
+ * position 0's table, embed_tokens.{j} [V+1, D] position j+1's (stacked into one owned [(Q-1)(V+1), D] view);
+ * input_projections, every attention ("….linear.weight") and MLP matrix and lm_heads are per-position stacks
+ * [Q, out, in], used in place; fc1's rows are the gate (SiLU) half, then the up half. */
+static dd_status load_moshi_tensors(loader *L, dd_error *err) {
+    dd_model *m = L->m;
+    const dd_config *c = &m->cfg;
+    const int64_t D = c->dim, V = c->codebook_size, Q = c->levels, H = c->heads, KV = c->kv_heads, HD = c->head_dim,
+                  F = c->ffn_dim, I = c->input_dim;
+    const char *P = m->prefix;
+    dd_status s;
+    char n1[256], n2[256];
+    dd_weight tw[DD_MAX_LEVELS];
+    char tn[DD_MAX_LEVELS][256];
+    for (int j = 0; j < Q - 1; j++) {
+        snprintf(tn[j], sizeof tn[j], "%sembed_tokens.%d.weight", P, j);
+        if ((s = load_mat(L, tn[j], 0, V + 1, D, 1, &tw[j], err))) return s;
+    }
+    if ((s = stack_rows(L, "code tables", tn, tw, V + 1, (int)Q - 1, &m->embed, err))) return s;
+#define NM(buf, fmt, ...) (snprintf(buf, sizeof buf, "%s" fmt, P, __VA_ARGS__), buf)
+    if ((s = load_mat(L, NM(n1, "%s", "text_embed_tokens.weight"), 0, c->text_vocab + 1, D, 1, &m->text_embed, err)) ||
+        (s = load_mat(L, NM(n1, "%s", "input_projections.weight"), Q, D, I, 1, &m->in_proj, err)) ||
+        (s = load_mat(L, NM(n1, "%s", "lm_heads.weight"), Q, V, D, 1, &m->heads, err)))
+        return s;
+    for (int i = 0; i < c->layers; i++) {
+        dd_weight q, k, v, o, fc1, fc2;
+        float *w1, *w2;
+        if ((s = load_vec(L, NM(n1, "layers.%d.input_layernorm.weight", i), D, 1, &w1, err)) ||
+            (s = load_vec(L, NM(n2, "layers.%d.post_attention_layernorm.weight", i), D, 1, &w2, err)) ||
+            (s = load_mat(L, NM(n1, "layers.%d.self_attn.q_proj.linear.weight", i), Q, H * HD, D, 1, &q, err)) ||
+            (s = load_mat(L, NM(n1, "layers.%d.self_attn.k_proj.linear.weight", i), Q, KV * HD, D, 1, &k, err)) ||
+            (s = load_mat(L, NM(n1, "layers.%d.self_attn.v_proj.linear.weight", i), Q, KV * HD, D, 1, &v, err)) ||
+            (s = load_mat(L, NM(n1, "layers.%d.self_attn.o_proj.linear.weight", i), Q, D, H * HD, 1, &o, err)) ||
+            (s = load_mat(L, NM(n1, "layers.%d.mlp.fc1.weight", i), Q, 2 * F, D, 1, &fc1, err)) ||
+            (s = load_mat(L, NM(n1, "layers.%d.mlp.fc2.weight", i), Q, D, F, 1, &fc2, err)))
+            return s;
+        cut_slices(m, i, &q, &k, &v, &o, &fc1, &fc2, w1, w2);
+    }
+#undef NM
+    return DD_OK;
+}
+
 /* Every layer matrix must share one storage type, and one group size when quantized (backends dispatch once per
  * model); a config that declares quantization must describe quantized layer matrices. csm picks the tensor
  * names used in messages. */
 static dd_status check_types(loader *L, int family, dd_error *err) {
     dd_model *m = L->m;
     dd_config *c = &m->cfg;
-    c->has_head0 = m->head0.rows > 0;
+    c->has_head0 = m->head0.rows > 0 || c->per_position; /* Moshi: c0 from position 0's head */
     c->has_in_proj = m->in_proj.rows > 0;
     c->has_pos = m->pos != NULL;
     if (!c->has_in_proj && c->input_dim != c->dim)
@@ -596,12 +716,18 @@ static dd_status check_types(loader *L, int family, dd_error *err) {
     static const char *const nat[7] = {"qkv", "qkv", "qkv", "out", "fc1", "fc1", "fc2"};
     static const char *const hf[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                                       "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+    static const char *const moshi[7] = {"self_attn.q_proj.linear", "self_attn.k_proj.linear",
+                                         "self_attn.v_proj.linear", "self_attn.o_proj.linear",
+                                         "mlp.fc1",                 "mlp.fc1",
+                                         "mlp.fc2"};
     char pre[96];
     snprintf(pre, sizeof pre, "%s", family == DD_FAMILY_CSM ? "depth_decoder.model.layers." : "layers.");
     if (family == DD_FAMILY_QWEN3) snprintf(pre, sizeof pre, "%smodel.layers.", m->prefix);
-    const char *const *nm = family == DD_FAMILY_NATIVE ? nat : hf;
-    for (int i = 0; i < c->layers; i++) {
-        const dd_layer *l = &m->layer[i];
+    if (family == DD_FAMILY_MOSHI) snprintf(pre, sizeof pre, "%slayers.", m->prefix);
+    const char *const *nm = family == DD_FAMILY_NATIVE ? nat : family == DD_FAMILY_MOSHI ? moshi : hf;
+    for (int li = 0; li < c->layers * m->nslices; li++) { /* every position's slice too */
+        const dd_layer *l = &m->layer[li];
+        const int i = li % c->layers;
         const dd_weight *ws[7] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->fc1, &l->up, &l->fc2};
         for (int k = 0; k < 7; k++) {
             if (ws[k]->rows == 0) continue; /* gpt has no separate up */
@@ -696,6 +822,8 @@ static dd_status open_hf_dir(dd_model *m, const char *dir, dd_error *err) {
     m->family = dd_config_family(cj);
     if (m->family == DD_FAMILY_QWEN3) {
         s = dd_config_parse_qwen3(path, cj, &m->cfg, &m->prefix, err);
+    } else if (m->family == DD_FAMILY_MOSHI) {
+        s = dd_config_parse_moshi(path, cj, &m->cfg, &m->prefix, err);
     } else {
         m->family = DD_FAMILY_CSM;
         s = dd_config_parse_csm(path, cj, &m->cfg, err);
@@ -779,10 +907,13 @@ dd_status dd_model_load_from_maps(dd_model *m, const char *label, int family, dd
     loader L = {.m = m, .label = label};
     m->family = family;
     if (!m->prefix) m->prefix = "";
-    m->layer = calloc((size_t)m->cfg.layers, sizeof *m->layer);
+    m->nslices = m->cfg.per_position ? m->cfg.levels : 1;
+    m->embed_rows = m->cfg.codebook_size + (m->cfg.per_position ? 1 : 0);
+    m->layer = calloc((size_t)m->cfg.layers * m->nslices, sizeof *m->layer);
     if (!m->layer) return dd_fail(err, DD_ENOMEM, "%s: out of memory", label);
     dd_status s = family == DD_FAMILY_CSM     ? load_csm_tensors(&L, err)
                   : family == DD_FAMILY_QWEN3 ? load_qwen3_tensors(&L, err)
+                  : family == DD_FAMILY_MOSHI ? load_moshi_tensors(&L, err)
                                               : load_native_tensors(&L, err);
     if (!s) s = check_types(&L, family, err);
     if (!s && m->cfg.has_rope) s = rope_init(&L, err);
@@ -996,23 +1127,24 @@ dd_status dd_model_from_tensors(dd_model **out, const char *config_json, const d
     m->nmaps = 1; /* borrowed table: dd_st_close frees only its array */
     snprintf(m->source, sizeof m->source, "tensors");
     /* an HF config.json (model_type: CSM or a Qwen3 code predictor) or a native config (format "depthdec") */
-    int family = json_object_get(cj, "model_type") == NULL ? DD_FAMILY_NATIVE
-                 : dd_config_family(cj) == DD_FAMILY_QWEN3  ? DD_FAMILY_QWEN3
-                                                            : DD_FAMILY_CSM;
+    int family = dd_config_family(cj);
+    if (family == DD_FAMILY_NATIVE && json_object_get(cj, "model_type")) family = DD_FAMILY_CSM; /* names the type */
     dd_status s = family == DD_FAMILY_CSM     ? dd_config_parse_csm("tensors: config", cj, &m->cfg, err)
                   : family == DD_FAMILY_QWEN3 ? dd_config_parse_qwen3("tensors: config", cj, &m->cfg, &m->prefix, err)
+                  : family == DD_FAMILY_MOSHI ? dd_config_parse_moshi("tensors: config", cj, &m->cfg, &m->prefix, err)
                                               : dd_config_parse_native("tensors: config", cj, &m->cfg, err);
     json_decref(cj);
     if (!s) s = views_table(f, tensors, n, err);
     /* the one name map the file loader uses */
     if (!s) s = dd_model_load_from_maps(m, "tensors", family, err);
     /* the weights it resolved point into the caller's buffers: copy them (vectors are already owned float32; CSM's
-     * heads and Qwen3's heads and code tables are owned copies already) */
-    if (!s && family == DD_FAMILY_NATIVE) s = own_weight(m, &m->heads, err);
+     * heads, Qwen3's heads and code tables and Moshi's code tables are owned copies already) */
+    if (!s && (family == DD_FAMILY_NATIVE || family == DD_FAMILY_MOSHI)) s = own_weight(m, &m->heads, err);
     if (!s) s = own_weight(m, &m->head0, err);
     if (!s) s = own_weight(m, &m->in_proj, err);
-    if (!s && family != DD_FAMILY_QWEN3) s = own_weight(m, &m->embed, err);
-    for (int i = 0; !s && i < m->cfg.layers; i++) {
+    if (!s) s = own_weight(m, &m->text_embed, err);
+    if (!s && family != DD_FAMILY_QWEN3 && family != DD_FAMILY_MOSHI) s = own_weight(m, &m->embed, err);
+    for (int i = 0; !s && i < m->cfg.layers * m->nslices; i++) { /* Moshi: each position's slice copied alone */
         dd_layer *l = &m->layer[i];
         dd_weight *ws[7] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->fc1, &l->up, &l->fc2};
         for (int k = 0; !s && k < 7; k++) s = own_weight(m, ws[k], err);

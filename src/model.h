@@ -17,6 +17,7 @@
 #define DD_MAX_HEADS 256
 #define DD_MAX_HEAD_DIM 512
 #define DD_MAX_BATCH 4096
+#define DD_MAX_TEXT_VOCAB 1048576 /* Moshi: text ids (32000 published) */
 
 /* A matrix W (rows, cols), row-major, y = W x. Dense rows are `cols` elements of `type`; an MLX affine row is
  * cols*bits/32 u32 words plus cols/group scales and biases of `sb_type` (F32/F16/BF16). Pointers may be
@@ -63,11 +64,14 @@ struct dd_model {
     dd_weight head0;   /* [V, input_dim], rows 0 when absent */
     dd_weight in_proj; /* [D, input_dim], rows 0 when absent */
     float *in_bias;    /* [D] or NULL */
-    dd_weight embed;   /* native: [(Q-1)*V, D] (level j at rows j*V); CSM: [Q*V, input_dim] flat table */
+    dd_weight embed;   /* native: [(Q-1)*R, D] (level j at rows j*R, R = embed_rows); CSM: [Q*V, input_dim] flat table */
+    int embed_rows;    /* rows of one level's table: V (Moshi: V + 1, the last the pad/initial id) */
+    dd_weight text_embed; /* Moshi: [text_vocab + 1, D] position 0's table (the frame's text token); else rows 0 */
     float *pos;        /* [Q, D] f32 copy, or NULL */
-    dd_layer *layer;   /* [L] */
+    dd_layer *layer;   /* [nslices * L]: layer i of position p's weights at [p * L + i] (dd_model_layer) */
+    int nslices;       /* 1, or Q for per-position weights (Moshi; in_proj [Q*D, I] and heads [Q*V, D] too) */
     float *norm_w, *norm_b; /* final norm [D]; bias gpt only */
-    dd_weight heads;   /* [(Q-1)*V, D]: head of level l at rows (l-1)*V */
+    dd_weight heads;   /* [(Q-1)*V, D]: head of level l at rows (l-1)*V (Moshi: [Q*V, D], level l at rows l*V) */
 
     int family;         /* where the tensors came from: DD_FAMILY_* of config.h (native, HF CSM, Qwen3) */
     dd_weight embed_last; /* Qwen3 directories: codec_embedding.{Q-2} [V, input_dim] (only the talker's next input
@@ -83,6 +87,12 @@ struct dd_model {
     void **owned;
     int nowned, cap_owned;
 };
+
+/* Layer i's weights at position p (per-position models: slice p; else the one set). Norm vectors are shared by the
+ * slices of a layer. */
+static inline const dd_layer *dd_model_layer(const dd_model *m, int p, int i) {
+    return &m->layer[(m->nslices > 1 ? p : 0) * m->cfg.layers + i];
+}
 
 /* The RoPE table of positions 0 .. npos-1, the one builder every backend's table comes from (ref, cpu and cuda;
  * the CPU rounds it to float): cs[(p * HD/2 + j) * 2] = cos(p * inv_freq[j]), cs[(p * HD/2 + j) * 2 + 1] =

@@ -52,12 +52,13 @@ static void gather(builder *B, dd_plan_rows dst, int src, int level, int width, 
     if (o) o->gat = (dd_plan_gather){dst, src, level, width, pos};
 }
 
-/* Ops of one pass over the rows in X (P per stream, positions p0 ..). */
+/* Ops of one pass over the rows in X (P per stream, positions p0 ..); per-position models use the layers' slice
+ * p0 (their passes have one position). */
 static void layers(builder *B, const dd_model *m, int P, int p0) {
     const dd_config *c = &m->cfg;
     const int gpt = c->block == DD_BLOCK_GPT;
     for (int li = 0; li < c->layers; li++) {
-        const dd_layer *l = &m->layer[li];
+        const dd_layer *l = dd_model_layer(m, p0, li);
         dd_plan_linear *L = linear(B, all(DD_BUF_QKV, P), all(DD_BUF_X, P), &l->wq, l->bq);
         if (!L) return;
         L->nseg = 3;
@@ -107,6 +108,31 @@ static void prelude_inputs(builder *B, const dd_model *m) {
         if (o) o->pos = (dd_plan_add_pos){all(DD_BUF_X, 2), 0};
         break;
     }
+    case DD_IN_PER_POSITION: break; /* its frame has no two-position pass (per_position_frame) */
+    }
+}
+
+/* Moshi's frame (plan.h): Q passes of one position, slice p of every weight in pass p. */
+static void per_position_frame(builder *B, const dd_model *m, dd_plan_kind kind) {
+    dd_plan *p = B->p;
+    const int Q = m->cfg.levels, decode = kind == DD_PLAN_DECODE_C0 || kind == DD_PLAN_DECODE;
+    for (int l = 0; l < Q; l++) {
+        B->pass = l + 1;
+        if (l == 0 && kind == DD_PLAN_DECODE_C0) push(B, DD_OP_CODE_C0);
+        /* the input row: the text token (position 0) or the previous level's code, + in_proj[l] . h */
+        gather(B, all(DD_BUF_X, 1), l == 0 ? DD_GATHER_TEXT : DD_GATHER_EMBED, l > 0 ? l - 1 : 0, m->cfg.dim, -1);
+        dd_plan_linear *L = linear(B, all(DD_BUF_X, 1), all(DD_BUF_HIDDEN, 1), &p->inp[l], NULL);
+        if (!L) return;
+        L->residual = 1;
+        layers(B, m, 1, l);
+        if (l == 0 && kind != DD_PLAN_DECODE && kind != DD_PLAN_SCORE_L0) continue; /* c0 given or not wanted */
+        dd_plan_rows y = all(l == 0 ? DD_BUF_LOGITS0 : DD_BUF_LOGITS, 1);
+        y.level = (uint8_t)l;
+        linear(B, y, all(DD_BUF_X, 1), &p->head[l], NULL); /* no final norm */
+        if (decode) {
+            dd_plan_op *o = push(B, DD_OP_SAMPLE);
+            if (o) o->smp = (dd_plan_sample){y, l};
+        }
     }
 }
 
@@ -119,7 +145,10 @@ dd_status dd_plan_build(dd_plan *p, const dd_model *m, dd_plan_kind kind, dd_err
         return dd_fail(err, DD_EINVAL, "%s: plan %s needs head0, which the model lacks", m->source,
                        dd_plan_kind_name(kind));
     p->kind = kind;
-    p->in = c->embed_in_input_space ? DD_IN_PROJ_PER_PASS : c->has_in_proj ? DD_IN_PROJ : DD_IN_IDENTITY;
+    p->in = c->per_position ? DD_IN_PER_POSITION
+            : c->embed_in_input_space ? DD_IN_PROJ_PER_PASS
+            : c->has_in_proj          ? DD_IN_PROJ
+                                      : DD_IN_IDENTITY;
     if (p->in == DD_IN_PROJ_PER_PASS && !c->has_in_proj)
         return dd_fail(err, DD_EINVAL, "%s: embeddings in input space need in_proj", m->source);
     p->width[DD_BUF_HIDDEN] = I;
@@ -130,14 +159,24 @@ dd_status dd_plan_build(dd_plan *p, const dd_model *m, dd_plan_kind kind, dd_err
     p->width[DD_BUF_FF] = c->ffn_dim;
     p->width[DD_BUF_LOGITS0] = V;
     p->width[DD_BUF_LOGITS] = V;
-    p->rows_max = 2;
+    p->rows_max = c->per_position ? 1 : 2;
 
-    /* capacity: prelude <= 6 ops; a pass: 5 per layer, head, sample, gather, in_proj */
-    builder B = {p, 6 + (Q - 1) * (5 * c->layers + 4), 0, 0};
+    /* capacity: prelude <= 6 ops; a pass: 5 per layer, head, sample, gather, in_proj (per-position: Q passes and
+     * CODE_C0) */
+    builder B = {p, 6 + Q * (5 * c->layers + 4), 0, 0};
+    const int nh = c->per_position ? Q : Q - 1;
     p->op = malloc((size_t)B.cap * sizeof *p->op);
-    p->head = malloc((size_t)(Q - 1) * sizeof *p->head);
-    if (!p->op || !p->head) return dd_fail(err, DD_ENOMEM, "%s: out of memory for the frame plan", m->source);
-    for (int l = 1; l < Q; l++) p->head[l - 1] = dd_weight_rows(&m->heads, (int64_t)(l - 1) * V, V);
+    p->head = malloc((size_t)nh * sizeof *p->head);
+    p->inp = c->per_position ? malloc((size_t)Q * sizeof *p->inp) : NULL;
+    if (!p->op || !p->head || (c->per_position && !p->inp))
+        return dd_fail(err, DD_ENOMEM, "%s: out of memory for the frame plan", m->source);
+    for (int l = 0; l < nh; l++) p->head[l] = dd_weight_rows(&m->heads, (int64_t)l * V, V);
+    if (c->per_position) {
+        for (int l = 0; l < Q; l++) p->inp[l] = dd_weight_rows(&m->in_proj, (int64_t)l * D, D);
+        per_position_frame(&B, m, kind);
+        if (B.full) return dd_fail(err, DD_EINVAL, "%s: frame plan: more ops than its capacity (a bug)", m->source);
+        return DD_OK;
+    }
 
     /* prelude: level 0's code, pass 1's inputs */
     if (kind == DD_PLAN_DECODE || kind == DD_PLAN_SCORE_L0)
@@ -180,6 +219,7 @@ void dd_plan_free(dd_plan *p) {
     if (!p) return;
     free(p->op);
     free(p->head);
+    free(p->inp);
     memset(p, 0, sizeof *p);
 }
 

@@ -15,6 +15,13 @@
  *               SwiGLU) | LINEAR fc2 (+= residual)
  *               LINEAR head[l-1] (final norm) on each stream's last row -> LOGITS(l)
  *               [DECODE*] SAMPLE level l;   l < Q-1: GATHER emb l(code) as pass l+1's input (+ in_proj, CSM)
+ * Per-position models (Moshi, in mode DD_IN_PER_POSITION): Q passes of one position each, p = 0 .. Q-1 (the op's
+ * `pass` is p + 1; there is no prelude):
+ *   pass p      [p == 0, DECODE_C0] CODE_C0
+ *               GATHER the text token's row (p == 0) or emb(p-1)(c(p-1)) into X; LINEAR X += in_proj[p] . h
+ *               the layers as above with every matrix's slice p (dd_model_layer(m, p, i))
+ *               LINEAR heads[p] (no final norm) -> LOGITS0 (p == 0; DECODE and SCORE_L0 only) or LOGITS(p)
+ *               [DECODE*] SAMPLE level p (level 0 only in DECODE)
  * SAMPLE, CODE_C0 and GATHER are per-stream ops (dd_plan_op_per_stream): a backend may run a consecutive run of
  * them as one job per stream (the CPU does: one fork-join per level).
  *
@@ -44,7 +51,9 @@ typedef enum dd_plan_in {
     /* CSM (embeddings in backbone space): h and the gathered table rows go to XIN and in_proj projects them in
      * every pass (one more linear per pass) — the reference's rounding. The CUDA backend's own program instead
      * precomputes in(table) at load (SPEC allows it; its rounding differs slightly): not a plan mode yet. */
-    DD_IN_PROJ_PER_PASS = 2
+    DD_IN_PROJ_PER_PASS = 2,
+    /* Moshi: every pass's one input row is a gathered table row (text or code) + in_proj slice p . h */
+    DD_IN_PER_POSITION = 3
 } dd_plan_in;
 
 /* Activation buffers, named abstractly; a backend binds each to memory (and its row stride). */
@@ -106,9 +115,10 @@ typedef struct dd_plan_sample {
     int level;
 } dd_plan_sample;
 
-enum { DD_GATHER_HIDDEN = 0, DD_GATHER_EMBED = 1 };
-/* src DD_GATHER_HIDDEN: HIDDEN row s (its first `width` floats); DD_GATHER_EMBED: row level*V + CODES[s, level]
- * of m->embed (dequantized; `width` = its columns). Then + pos[pos] (D floats) when pos >= 0. */
+enum { DD_GATHER_HIDDEN = 0, DD_GATHER_EMBED = 1, DD_GATHER_TEXT = 2 };
+/* src DD_GATHER_HIDDEN: HIDDEN row s (its first `width` floats); DD_GATHER_EMBED: row level*R + CODES[s, level]
+ * of m->embed (R = m->embed_rows; dequantized; `width` = its columns); DD_GATHER_TEXT: row TEXT[s] of
+ * m->text_embed (the caller's text tokens). Then + pos[pos] (D floats) when pos >= 0. */
 typedef struct dd_plan_gather {
     dd_plan_rows dst; /* one row per stream */
     int src, level, width, pos;
@@ -138,7 +148,9 @@ typedef struct dd_plan {
     int rows_max;        /* rows per stream of the pass buffers, at most (2: pass 1) */
     int n;
     dd_plan_op *op;      /* [n] */
-    dd_weight *head;     /* views of m->heads, level l at l-1 (the head LINEARs point here) */
+    dd_weight *head;     /* [Q-1] views of m->heads, level l at l-1 (the head LINEARs point here); per-position
+                          * models: [Q], level l at l */
+    dd_weight *inp;      /* per-position models: [Q] views of m->in_proj, slice p at p; else NULL */
 } dd_plan;
 
 /* Build the plan of `kind` for m into *p (zeroed first). DD_EINVAL when the kind needs head0 and m has none;

@@ -69,7 +69,7 @@ static void step(ref_state *st, const dd_model *m, int p) {
     int gpt = c->block == DD_BLOCK_GPT, kvw = KV * HD;
     float *x = st->x, *n = st->n;
     for (int li = 0; li < c->layers; li++) {
-        const dd_layer *l = &m->layer[li];
+        const dd_layer *l = dd_model_layer(m, p, li); /* per-position models: slice p of every matrix */
         float *kc = st->kc + ((size_t)li * Q) * kvw, *vc = st->vc + ((size_t)li * Q) * kvw;
         /* attention */
         norm(x, l->norm1_w, l->norm1_b, D, c->norm_eps, n);
@@ -151,12 +151,58 @@ static void input(ref_state *st, const dd_model *m, int p, const float *h, int c
         for (int i = 0; i < D; i++) st->x[i] += m->pos[(size_t)p * D + i];
 }
 
-/* logits of level l (1..Q-1) from the current residual st->x into out[V]. */
+/* Moshi: position p's input = its table row (p == 0: text_embed[id], the frame's text token; p >= 1: code table
+ * p-1 at id = c(p-1), whose V+1 rows include the pad/initial id V) + in_proj slice p . h, summed in double. */
+static void input_per_position(ref_state *st, const dd_model *m, int p, const float *h, int id) {
+    const dd_config *c = &m->cfg;
+    const int D = c->dim;
+    if (p == 0) dd_weight_row_f32(&m->text_embed, id, st->n);
+    else dd_weight_row_f32(&m->embed, (int64_t)(p - 1) * (c->codebook_size + 1) + id, st->n);
+    for (int d = 0; d < D; d++) {
+        dd_weight_row_f32(&m->in_proj, (int64_t)p * D + d, st->row);
+        double acc = st->n[d];
+        for (int64_t k = 0; k < c->input_dim; k++) acc += (double)st->row[k] * h[k];
+        st->x[d] = (float)acc;
+    }
+}
+
+/* logits of level l (1..Q-1; per-position models 0..Q-1) from the current residual st->x into out[V]: final norm
+ * (none in Moshi), then head l-1 (Moshi: head l, its position's). */
 static void head(ref_state *st, const dd_model *m, int l, float *out) {
     const dd_config *c = &m->cfg;
-    norm(st->x, m->norm_w, m->norm_b, c->dim, c->norm_eps, st->n);
-    dd_weight hw = dd_weight_rows(&m->heads, (int64_t)(l - 1) * c->codebook_size, c->codebook_size);
+    if (m->norm_w) norm(st->x, m->norm_w, m->norm_b, c->dim, c->norm_eps, st->n);
+    else memcpy(st->n, st->x, (size_t)c->dim * sizeof(float));
+    const int slice = c->per_position ? l : l - 1;
+    dd_weight hw = dd_weight_rows(&m->heads, (int64_t)slice * c->codebook_size, c->codebook_size);
     matvec(&hw, NULL, st->n, out, st->row);
+}
+
+/* Moshi's frame for one stream: Q positions, position p sees positions 0..p (the whole frame so far, as the
+ * original's depformer with context None; transformers' sliding-window cache keeps fewer for Q > 8), c_p from
+ * position p. codes_in: score's teacher codes (the inputs c0..c(Q-2)), or NULL to decode into out (c0 given when
+ * c0 != NULL). logits [Q-1, V] (levels 1..Q-1) and logits0 [V] for score; either may be NULL. Returns the level
+ * with no finite logit, or -1. */
+static int frame_per_position(ref_state *st, const dd_model *m, const float *h, int text, const int32_t *codes_in,
+                              const int32_t *c0, const dd_sampling *s, uint64_t seed, uint64_t frame, int32_t *out,
+                              float *logits, float *logits0) {
+    const int Q = m->cfg.levels, V = m->cfg.codebook_size;
+    for (int p = 0; p < Q; p++) {
+        input_per_position(st, m, p, h, p == 0 ? text : codes_in ? codes_in[p - 1] : out[p - 1]);
+        step(st, m, p);
+        if (codes_in) {
+            if (p > 0) head(st, m, p, logits + (size_t)(p - 1) * V);
+            else if (logits0) head(st, m, 0, logits0);
+            continue;
+        }
+        if (p == 0 && c0) {
+            out[0] = *c0;
+            continue;
+        }
+        head(st, m, p, st->logits);
+        out[p] = dd_sample_core(st->logits, V, s->temperature, s->top_k, seed, frame, p);
+        if (out[p] < 0) return p;
+    }
+    return -1;
 }
 
 static dd_status ref_init(dd_decoder *d, dd_error *err) {
@@ -215,6 +261,12 @@ static dd_status ref_decode(dd_decoder *d, int n, const float *hidden, const int
         const float *h = hidden + (size_t)r * c->input_dim;
         uint64_t seed = seeds ? seeds[r] : 0, frame = frames ? frames[r] : 0;
         int32_t *out = codes + (size_t)r * Q;
+        if (c->per_position) {
+            int bad = frame_per_position(st, m, h, d->text[r], NULL, c0 ? c0 + r : NULL, s, seed, frame, out, NULL,
+                                         NULL);
+            if (bad >= 0) return dd_fail(err, DD_ENUMERIC, "row %d: level %d: no finite logit", r, bad);
+            continue;
+        }
         if (c0) {
             out[0] = c0[r];
         } else {
@@ -244,6 +296,11 @@ static dd_status ref_score(dd_decoder *d, int n, const float *hidden, const int3
     for (int r = 0; r < n; r++) {
         const float *h = hidden + (size_t)r * c->input_dim;
         const int32_t *cr = codes + (size_t)r * Q;
+        if (c->per_position) {
+            frame_per_position(st, m, h, d->text[r], cr, NULL, NULL, 0, 0, NULL, logits + (size_t)r * (Q - 1) * V,
+                               logits0 ? logits0 + (size_t)r * V : NULL);
+            continue;
+        }
         if (logits0) matvec(&m->head0, NULL, h, logits0 + (size_t)r * V, st->row);
         input(st, m, 0, h, 0);
         step(st, m, 0);

@@ -21,17 +21,23 @@ typedef struct synth_dims {
     int scaling;
     int qwen3; /* q/k norms, in_proj with bias (the talker's width -> D), no llama3 scaling */
     int head0; /* a level-0 head (the Qwen3 predictors have none: the talker gives c0) */
+    int TV;    /* > 0: Kyutai Moshi's depformer (per-position weights, text ids 0..TV), else 0 */
 } synth_dims;
 
 static const synth_dims kinds[] = {
-    {"gpt", 0, 32, 2048, 2048, 1024, 4, 16, 16, 64, 4096, 0, 0, 0, 1},
-    {"csm", 1, 32, 2051, 2048, 1024, 4, 8, 2, 128, 8192, 500000.0, 1, 0, 1},
+    {"gpt", 0, 32, 2048, 2048, 1024, 4, 16, 16, 64, 4096, 0, 0, 0, 1, 0},
+    {"csm", 1, 32, 2051, 2048, 1024, 4, 8, 2, 128, 8192, 500000.0, 1, 0, 1, 0},
     /* Qwen3-TTS 12 Hz's code predictor (issue 17's dims): 16 code groups of 2048, talker width 2048 */
-    {"qwen3tts", 1, 16, 2048, 2048, 1024, 5, 16, 8, 128, 3072, 1000000.0, 0, 1, 0},
-    {"tiny-gpt", 0, 8, 64, 128, 64, 2, 4, 4, 16, 256, 0, 0, 0, 1},
-    {"tiny-llama", 1, 8, 64, 128, 64, 2, 4, 2, 16, 128, 500000.0, 1, 0, 1},
+    {"qwen3tts", 1, 16, 2048, 2048, 1024, 5, 16, 8, 128, 3072, 1000000.0, 0, 1, 0, 0},
+    {"tiny-gpt", 0, 8, 64, 128, 64, 2, 4, 4, 16, 256, 0, 0, 0, 1, 0},
+    {"tiny-llama", 1, 8, 64, 128, 64, 2, 4, 2, 16, 128, 500000.0, 1, 0, 1, 0},
     /* a test model of the Qwen3 block; it keeps a head0 so the generic c0-sampling tests run on it too */
-    {"tiny-qwen3", 1, 8, 64, 128, 64, 3, 4, 2, 32, 128, 1000000.0, 0, 1, 1}, /* H HD = 128 != D on purpose */
+    {"tiny-qwen3", 1, 8, 64, 128, 64, 3, 4, 2, 32, 128, 1000000.0, 0, 1, 1, 0}, /* H HD = 128 != D on purpose */
+    /* Kyutai Moshi's depformer (kyutai-labs/moshi loaders.py _lm_kwargs, transformers MoshiDepthConfig): dep_q 8
+     * codebooks of 2048, temporal width 4096, D 1024, 6 layers, 16 heads of 64, dim_feedforward 4224 -> gated width
+     * 2 * 4224 / 3 = 2816 (fc1 [5632, 1024] per position), text vocab 32000 (+1 row) */
+    {"moshi", 1, 8, 2048, 4096, 1024, 6, 16, 16, 64, 2816, 0, 0, 0, 1, 32000},
+    {"tiny-moshi", 1, 8, 64, 128, 64, 2, 4, 2, 16, 128, 0, 0, 0, 1, 50}, /* GQA on purpose (the published has none) */
 };
 
 static uint64_t splitmix(uint64_t *s) {
@@ -126,6 +132,30 @@ static void put_vec(builder *b, const char *name, int64_t n, float center, float
     put_dense(b, name, 1, &n, gen(b, (size_t)n, center, a), (size_t)n, t == DD_Q8 || t == DD_Q4 ? DD_F16 : t);
 }
 
+/* Moshi's depformer in the native per-position layout (docs/formats.md): per-position stacks [Q, rows, cols]. */
+static void put_per_position(builder *b, const synth_dims *k, dd_dtype vt) {
+    const int64_t Q = k->Q, V = k->V, I = k->I, D = k->D, H = k->H, KV = k->KV, HD = k->HD, F = k->F;
+    const float sI = 1.7320508f / sqrtf((float)I), sD = 1.7320508f / sqrtf((float)D),
+                sF = 1.7320508f / sqrtf((float)F), sA = 1.7320508f / sqrtf((float)(H * HD));
+    put_dense(b, "text_embed.weight", 2, (int64_t[]){k->TV + 1, D}, gen(b, (size_t)((k->TV + 1) * D), 0.0f, 1.0f),
+              (size_t)((k->TV + 1) * D), vt);
+    put_dense(b, "embed.weight", 3, (int64_t[]){Q - 1, V + 1, D}, gen(b, (size_t)((Q - 1) * (V + 1) * D), 0.0f, 1.0f),
+              (size_t)((Q - 1) * (V + 1) * D), vt);
+    put_mat(b, "in_proj", 3, (int64_t[]){Q, D, I}, sI);
+    char nm[160];
+    for (int i = 0; i < k->L; i++) {
+#define P(fmt) (snprintf(nm, sizeof nm, "layers.%d." fmt, i), nm)
+        put_vec(b, P("norm1.weight"), D, 1.0f, 0.1f, vt);
+        put_mat(b, P("qkv"), 3, (int64_t[]){Q, (H + 2 * KV) * HD, D}, sD);
+        put_mat(b, P("out"), 3, (int64_t[]){Q, D, H * HD}, 0.5f * sA);
+        put_vec(b, P("norm2.weight"), D, 1.0f, 0.1f, vt);
+        put_mat(b, P("fc1"), 3, (int64_t[]){Q, 2 * F, D}, sD);
+        put_mat(b, P("fc2"), 3, (int64_t[]){Q, D, F}, 0.5f * sF);
+#undef P
+    }
+    put_mat(b, "heads", 3, (int64_t[]){Q, V, D}, 2.0f * sD);
+}
+
 dd_status dd_model_synthetic(dd_model **out, const char *kind, dd_dtype wt, uint64_t seed, dd_error *err) {
     dd_error_clear(err);
     if (!out) return dd_fail(err, DD_EINVAL, "dd_model_synthetic: out is NULL");
@@ -133,7 +163,7 @@ dd_status dd_model_synthetic(dd_model **out, const char *kind, dd_dtype wt, uint
     const synth_dims *k = NULL;
     for (size_t i = 0; kind && i < sizeof kinds / sizeof *kinds; i++)
         if (strcmp(kind, kinds[i].name) == 0) k = &kinds[i];
-    if (!k) return dd_fail(err, DD_EINVAL, "synthetic model '%s': unknown (gpt, csm, qwen3tts, tiny-gpt, tiny-llama, tiny-qwen3)",
+    if (!k) return dd_fail(err, DD_EINVAL, "synthetic model '%s': unknown (gpt, csm, qwen3tts, moshi, tiny-gpt, tiny-llama, tiny-qwen3, tiny-moshi)",
                            kind ? kind : "(null)");
     if ((unsigned)wt > DD_Q4) return dd_fail(err, DD_EINVAL, "synthetic model: bad weight type %d", (int)wt);
     builder b = {.l = {.what = "synthetic model", .err = err}, .wt = wt, .seed = seed * 0x9E3779B97F4A7C15ull + 12345};
@@ -141,6 +171,10 @@ dd_status dd_model_synthetic(dd_model **out, const char *kind, dd_dtype wt, uint
     int64_t Q = k->Q, V = k->V, I = k->I, D = k->D, H = k->H, KV = k->KV, HD = k->HD, F = k->F;
     float sI = 1.7320508f / sqrtf((float)I), sD = 1.7320508f / sqrtf((float)D), sF = 1.7320508f / sqrtf((float)F),
           sA = 1.7320508f / sqrtf((float)(H * HD));
+    if (k->TV) {
+        put_per_position(&b, k, vt);
+        goto config;
+    }
     /* head0 and heads get a larger spread so sampling has something to choose between */
     if (k->head0) put_mat(&b, "head0", 2, (int64_t[]){V, I}, 2.0f * sI);
     put_mat(&b, "in_proj", 2, (int64_t[]){D, I}, sI);
@@ -174,8 +208,10 @@ dd_status dd_model_synthetic(dd_model **out, const char *kind, dd_dtype wt, uint
     if (!k->llama) put_vec(&b, "norm.bias", D, 0.0f, 0.05f, vt);
     put_mat(&b, "heads", 3, (int64_t[]){Q - 1, V, D}, 2.0f * sD);
 
-    char cfg[1024], rope[256] = "null", quant[128] = "";
-    if (k->llama && !k->scaling)
+config:;
+    char cfg[1024], rope[256] = "null", quant[128] = "", moshi[80] = "";
+    if (k->TV) snprintf(moshi, sizeof moshi, ",\"per_position\":true,\"text_vocab\":%d", k->TV);
+    else if (k->llama && !k->scaling)
         snprintf(rope, sizeof rope, "{\"theta\":%.1f,\"scaling\":null}", k->theta);
     else if (k->llama)
         snprintf(rope, sizeof rope,
@@ -188,9 +224,9 @@ dd_status dd_model_synthetic(dd_model **out, const char *kind, dd_dtype wt, uint
     snprintf(cfg, sizeof cfg,
              "{\"format\":\"depthdec\",\"version\":1,\"block\":\"%s\",\"levels\":%d,\"codebook_size\":%d,"
              "\"input_dim\":%d,\"dim\":%d,\"layers\":%d,\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,"
-             "\"ffn_dim\":%d,\"norm_eps\":%s,\"rope\":%s%s%s}",
+             "\"ffn_dim\":%d,\"norm_eps\":%s,\"rope\":%s%s%s%s}",
              k->llama ? "llama" : "gpt", k->Q, k->V, k->I, k->D, k->L, k->H, k->KV, k->HD, k->F,
-             k->qwen3 ? "1e-06" : "1e-05", rope, quant, k->qwen3 ? ",\"qk_norm\":true" : "");
+             k->qwen3 ? "1e-06" : k->TV ? "1e-08" : "1e-05", rope, quant, k->qwen3 ? ",\"qk_norm\":true" : "", moshi);
 
     uint8_t *img = NULL;
     size_t size = 0;

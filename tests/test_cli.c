@@ -642,6 +642,46 @@ static void test_qwen3_next_embed(void **state) {
     free(got), free(emb), free(want), free(greedy);
 }
 
+/* Moshi (transformers' MoshiForConditionalGeneration directory): greedy codes given hidden + --text equal the
+ * fixture; score with --text and --logits0 matches the fixture's logits (level 0 and 1..Q-1); --text is required
+ * for Moshi and refused for others, out-of-range tokens name the file row, and nothing is written on error */
+static void test_moshi_text(void **state) {
+    (void)state;
+    const char *O = P("m.npy"), *L = P("ml.npy"), *L0 = P("ml0.npy"), *T = P("mt.npy");
+    run_ok("generate --model " FX "moshi_tiny --hidden " FX "moshi_tiny_hidden.npy --text " FX "moshi_tiny_text.npy "
+           "--greedy --out %s", O);
+    int32_t *got = read_npy(O, DD_NPY_I32, 2, (int64_t[]){6, 8});
+    int32_t *greedy = read_npy(FX "moshi_tiny_greedy.npy", DD_NPY_I32, 2, (int64_t[]){6, 8});
+    assert_true(equal_i32(got, greedy, 48));
+    run_ok("score --model " FX "moshi_tiny --hidden " FX "moshi_tiny_hidden.npy --codes " FX "moshi_tiny_codes.npy "
+           "--text " FX "moshi_tiny_text.npy --out %s --logits0 %s", L, L0);
+    float *lg = read_npy(L, DD_NPY_F32, 3, (int64_t[]){6, 7, 64}), *l0 = read_npy(L0, DD_NPY_F32, 2, (int64_t[]){6, 64});
+    float *want = read_npy(FX "moshi_tiny_logits.npy", DD_NPY_F32, 3, (int64_t[]){6, 8, 64});
+    float w0[6 * 64], w1[6 * 7 * 64];
+    for (int r = 0; r < 6; r++) {
+        memcpy(w0 + r * 64, want + r * 8 * 64, 64 * sizeof(float));
+        memcpy(w1 + r * 7 * 64, want + (r * 8 + 1) * 64, 7 * 64 * sizeof(float));
+    }
+    assert_true(max_diff(lg, w1, 6 * 7 * 64) <= 1e-4 * max_abs(w1, 6 * 7 * 64));
+    assert_true(max_diff(l0, w0, 6 * 64) <= 1e-4 * max_abs(w0, 6 * 64));
+    remove(O), remove(L), remove(L0);
+    /* --text missing, out of range, or given to a model without text: refused, nothing written */
+    assert_int_not_equal(run("generate --model " FX "moshi_tiny --hidden " FX "moshi_tiny_hidden.npy --out %s", O), 0);
+    assert_non_null(strstr(g_err, "--text"));
+    dd_error e;
+    int32_t bad[6] = {0, 1, 2, 41, 4, 5};
+    assert_int_equal(dd_npy_write(T, DD_NPY_I32, 1, (int64_t[]){6}, bad, &e), DD_OK);
+    assert_int_not_equal(run("generate --model " FX "moshi_tiny --hidden " FX "moshi_tiny_hidden.npy --text %s --out %s",
+                             T, O), 0);
+    assert_non_null(strstr(g_err, "row 3: token 41 outside [0, 41)"));
+    assert_int_not_equal(run("generate --model " FX "gpt_bf16.safetensors --hidden " FX "gpt_bf16_hidden.npy --text %s "
+                             "--out %s", T, O), 0);
+    assert_non_null(strstr(g_err, "takes no text"));
+    assert_false(exists(O));
+    remove(T);
+    free(got), free(greedy), free(lg), free(l0), free(want);
+}
+
 static void test_info(void **state) {
     run_ok("info %s", g_tiny);
     const char *want[] = {"block        gpt", "levels       8", "codebook     64", "input_dim    128",
@@ -719,6 +759,12 @@ static void test_demo(void **state) {
     const char *want[] = {"SYNTHETIC", "ms/frame", "frames/s", "real-time factor", "backend ref", "frame   0:"};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++)
         if (!strstr(g_out, want[i])) fail_msg("demo: lacks '%s':\n%s", want[i], g_out);
+    /* another family's dims: Moshi's depformer (1.3 GB of bf16 weights built in memory; a text token per frame) */
+    run_ok("demo --synthetic moshi --backend cpu --frames 1");
+    const char *want2[] = {"Moshi depformer-dims", "8 levels x 2048 codes", "backend cpu", "frame   0:"};
+    for (size_t i = 0; i < sizeof want2 / sizeof *want2; i++)
+        if (!strstr(g_out, want2[i])) fail_msg("demo --synthetic moshi: lacks '%s':\n%s", want2[i], g_out);
+    assert_int_equal(run("demo --synthetic nonsense"), 2);
 }
 
 /* The CLI talks (issue 16): one "depthdec: wrote ..." line on stderr after generate, score, export and quantize,
@@ -776,6 +822,7 @@ int main(void) {
         cmocka_unit_test(test_f16_hidden_int64_c0),
         cmocka_unit_test(test_reproducible),
         cmocka_unit_test(test_qwen3_next_embed),
+        cmocka_unit_test(test_moshi_text),
         cmocka_unit_test(test_info),
         cmocka_unit_test(test_bench_json),
         cmocka_unit_test(test_demo),

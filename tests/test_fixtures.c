@@ -1,7 +1,9 @@
 /* End-to-end parity with PyTorch / transformers: fixtures made by scripts/make_fixtures.py (float64 references
  * of GPT2Model-based native models in f16/bf16/q8 and a tiny CsmForConditionalGeneration in HF layout) and
  * scripts/make_fixtures_families.py / make_fixtures_qwen3tts.py (the Qwen3-Omni and Qwen3-TTS code predictors as
- * their reference code saves them; no head0 there: c0 is given, the fixture's codes column 0).
+ * their reference code saves them; no head0 there: c0 is given, the fixture's codes column 0) and Kyutai Moshi's
+ * depformer (transformers' MoshiForConditionalGeneration / MoshiDepthDecoder; a text token per row, logits of all Q
+ * levels, level 0 from position 0; references with whole-frame attention as the original).
  * For every backend available in this build: teacher-forced logits within 1e-4 * max|ref| (per fixture),
  * level-0 logits likewise, and greedy codes identical. Outputs are NaN-poisoned before each call. */
 #include <setjmp.h>
@@ -43,9 +45,23 @@ static void check_model(dd_model *m, const char *name) {
     const int N = 6;
     float *hidden = load_arr(name, "hidden", 1, 2, (int64_t[]){N, I});
     int32_t *codes = load_arr(name, "codes", 0, 2, (int64_t[]){N, Q});
-    float *ref = load_arr(name, "logits", 1, 3, (int64_t[]){N, Q - 1, V});
     const int has0 = c->has_head0; /* else c0 is given: codes[:, 0] (greedy[:, 0] is the same c0) */
-    float *ref0 = has0 ? load_arr(name, "logits0", 1, 2, (int64_t[]){N, V}) : NULL;
+    float *ref, *ref0 = NULL;
+    int32_t *text = NULL;
+    if (c->per_position) { /* Moshi: one text token per row; logits of all Q levels, level 0 from position 0 */
+        text = load_arr(name, "text", 0, 1, (int64_t[]){N});
+        float *all = load_arr(name, "logits", 1, 3, (int64_t[]){N, Q, V});
+        ref = malloc((size_t)N * (Q - 1) * V * sizeof *ref);
+        ref0 = malloc((size_t)N * V * sizeof *ref0);
+        for (int r = 0; r < N; r++) {
+            memcpy(ref0 + (size_t)r * V, all + (size_t)r * Q * V, (size_t)V * sizeof *ref);
+            memcpy(ref + (size_t)r * (Q - 1) * V, all + ((size_t)r * Q + 1) * V, (size_t)(Q - 1) * V * sizeof *ref);
+        }
+        free(all);
+    } else {
+        ref = load_arr(name, "logits", 1, 3, (int64_t[]){N, Q - 1, V});
+        if (has0) ref0 = load_arr(name, "logits0", 1, 2, (int64_t[]){N, V});
+    }
     int32_t *greedy = load_arr(name, "greedy", 0, 2, (int64_t[]){N, Q});
     size_t nl = (size_t)N * (Q - 1) * V;
     float *lg = malloc(nl * sizeof *lg), *l0 = malloc((size_t)N * V * sizeof *l0);
@@ -65,18 +81,28 @@ static void check_model(dd_model *m, const char *name) {
         p.backend = be;
         p.max_batch = N;
         dd_decoder *d;
-        if (dd_decoder_create(&d, m, &p, &e)) fail_msg("%s", e.msg);
+        dd_status cs = dd_decoder_create(&d, m, &p, &e);
+        if (cs == DD_EUNSUPPORTED && be == DD_BACKEND_CUDA && c->per_position) {
+            printf("  %s: backend cuda refuses this family (issue 17: %s): skipped\n", name, e.msg); /* not yet */
+            continue;
+        }
+        if (cs) fail_msg("%s", e.msg);
         th_poison(lg, nl);
         th_poison(l0, (size_t)N * V);
-        if (dd_score(d, N, hidden, codes, lg, has0 ? l0 : NULL, &e)) fail_msg("%s", e.msg);
+        if (dd_score_text(d, N, hidden, text, codes, lg, has0 ? l0 : NULL, &e)) fail_msg("%s", e.msg);
         double err = 0, err0 = 0;
         for (size_t i = 0; i < nl; i++) err = fmax(err, isnan(lg[i]) ? INFINITY : fabs(lg[i] - ref[i]));
         for (int i = 0; has0 && i < N * V; i++) err0 = fmax(err0, isnan(l0[i]) ? INFINITY : fabs(l0[i] - ref0[i]));
         for (int i = 0; i < N * Q; i++) out[i] = -7;
         dd_sampling greedy_s = {.temperature = 0.0f, .top_k = 0};
-        if (dd_decode(d, N, hidden, has0 ? NULL : c0, NULL, NULL, &greedy_s, out, &e)) fail_msg("%s", e.msg);
+        if (dd_decode_text(d, N, hidden, text, has0 ? NULL : c0, NULL, NULL, &greedy_s, out, &e)) fail_msg("%s", e.msg);
         int agree = 0;
         for (int i = 0; i < N * Q; i++) agree += out[i] == greedy[i];
+        if (c->per_position) { /* c0 given (the greedy one): the rest follows the same */
+            for (int i = 0; i < N * Q; i++) out[i] = -7;
+            if (dd_decode_text(d, N, hidden, text, c0, NULL, NULL, &greedy_s, out, &e)) fail_msg("%s", e.msg);
+            for (int i = 0; i < N * Q; i++) assert_int_equal(out[i], greedy[i]);
+        }
         printf("  %-14s %-4s max rel logit err %.3g (levels 1..%d), level-0 %s%.3g; greedy codes %d/%d identical\n",
                name, dd_backend_name(be), err / refmax, Q - 1, has0 ? "" : "(no head0) ", has0 ? err0 / ref0max : 0.0,
                agree, N * Q);
@@ -89,6 +115,7 @@ static void check_model(dd_model *m, const char *name) {
     free(codes);
     free(ref);
     free(ref0);
+    free(text);
     free(greedy);
     free(c0);
     free(lg);
@@ -115,7 +142,9 @@ static void check_native_copy(const char *model_path, const char *name, dd_dtype
     p.convert = 1;
     p.dense_type = dense;
     if (dd_model_export_mem(&n, m, &p, &e)) fail_msg("%s", e.msg);
-    assert_int_equal(dd_model_config(n)->has_qk_norm, 1);
+    assert_int_equal(dd_model_config(n)->has_qk_norm, dd_model_config(m)->has_qk_norm);
+    assert_int_equal(dd_model_config(n)->per_position, dd_model_config(m)->per_position);
+    assert_int_equal(dd_model_config(n)->text_vocab, dd_model_config(m)->text_vocab);
     assert_int_equal(dd_model_config(n)->embed_in_input_space, 0);
     printf("  %s as native %s:\n", name, dd_dtype_name(dense));
     dd_model_free(m);
@@ -210,6 +239,82 @@ static void test_qwen3_bad_dirs(void **st) {
     assert_int_equal(th_rm_rf(th_dir), 0);
 }
 
+/* Kyutai Moshi's depformer as transformers saves it: the whole MoshiForConditionalGeneration (sharded, tensors under
+ * depth_decoder.) and MoshiDepthDecoder alone; moshi_q12 has Q 12 > transformers' sliding window 8 (its fixture
+ * follows the original's whole-frame attention, where transformers' cached generate differs) */
+static void test_moshi_tiny(void **st) {
+    (void)st;
+    check_fixture(FX "moshi_tiny", "moshi_tiny");
+    check_fixture(FX "moshi_tiny/model.safetensors.index.json", "moshi_tiny");
+    check_fixture(FX "moshi_tiny_depth", "moshi_tiny");
+    check_fixture(FX "moshi_q12", "moshi_q12");
+}
+
+/* The fixture file `src` copied into th_dir as `name`; `text` (NUL-terminated) written there instead when not NULL */
+static void put_file(const char *src, const char *name, const char *text) {
+    char p[256];
+    size_t n;
+    uint8_t *b = text ? NULL : th_slurp(src, &n);
+    TH_PATH(p, name);
+    th_write_bytes(p, text ? (const void *)text : b, text ? strlen(text) : n);
+    free(b);
+}
+
+/* Bad Moshi directories: refused naming the file and tensor, nothing loaded */
+static void test_moshi_bad_dirs(void **st) {
+    (void)st;
+    assert_int_equal(th_tmpdir("moshi"), 0);
+    size_t n;
+    char *cfg = (char *)th_slurp(FX "moshi_tiny_depth/config.json", &n), *c2 = strdup(cfg), *at;
+    put_file(NULL, "config.json", cfg);
+    put_file(FX "moshi_tiny_depth/model.safetensors", "model.safetensors", NULL);
+    dd_model *m = (dd_model *)1;
+    dd_error e;
+    assert_int_equal(dd_model_load(&m, th_dir, &e), DD_OK); /* the copy loads */
+    dd_model_free(m);
+    /* one more codebook in the config than the tensors have: the first stack off names itself */
+    assert_non_null(at = strstr(c2, "\"num_codebooks\": 8"));
+    at[strlen("\"num_codebooks\": ")] = '9';
+    put_file(NULL, "config.json", c2);
+    m = (dd_model *)1;
+    assert_int_equal(dd_model_load(&m, th_dir, &e), DD_EMODEL);
+    assert_null(m);
+    assert_non_null(strstr(e.msg, "embed_tokens.7.weight"));
+    printf("  refused: %s\n", e.msg);
+    /* an odd ffn_dim (fc1 must hold gate and up halves) */
+    strcpy(c2, cfg);
+    assert_non_null(at = strstr(c2, "\"ffn_dim\": 64"));
+    at[strlen("\"ffn_dim\": 6")] = '3';
+    put_file(NULL, "config.json", c2);
+    assert_int_equal(dd_model_load(&m, th_dir, &e), DD_EMODEL);
+    assert_non_null(strstr(e.msg, "ffn_dim 63 is odd"));
+    printf("  refused: %s\n", e.msg);
+    /* the full model's index lists a shard that is gone */
+    assert_int_equal(th_rm_rf(th_dir), 0);
+    assert_int_equal(th_tmpdir("moshi"), 0);
+    const char *files[] = {"config.json", "model.safetensors.index.json", "model-00001-of-00004.safetensors",
+                           "model-00002-of-00004.safetensors", "model-00003-of-00004.safetensors"};
+    for (int i = 0; i < 5; i++) {
+        char src[256];
+        snprintf(src, sizeof src, FX "moshi_tiny/%s", files[i]);
+        put_file(src, files[i], NULL);
+    }
+    assert_int_not_equal(dd_model_load(&m, th_dir, &e), DD_OK);
+    assert_non_null(strstr(e.msg, "model-00004-of-00004.safetensors"));
+    printf("  refused: %s\n", e.msg);
+    free(c2);
+    free(cfg);
+    assert_int_equal(th_rm_rf(th_dir), 0);
+}
+
+/* Moshi converted to the native layout (per_position, text_vocab, stacks [Q, out, in]) and read back: dense f32 /
+ * bf16 pass the fixture as it is */
+static void test_moshi_native(void **st) {
+    (void)st;
+    check_native_copy(FX "moshi_tiny", "moshi_tiny", DD_BF16);
+    check_native_copy(FX "moshi_q12", "moshi_q12", DD_F32);
+}
+
 static void test_qwen3_native(void **st) {
     (void)st;
     check_native_copy(FX "qwen3omni_tiny", "qwen3omni_tiny", DD_BF16);
@@ -226,6 +331,9 @@ int main(void) {
         cmocka_unit_test(test_qwen3tts_tiny),
         cmocka_unit_test(test_qwen3_native),
         cmocka_unit_test(test_qwen3_bad_dirs),
+        cmocka_unit_test(test_moshi_tiny),
+        cmocka_unit_test(test_moshi_native),
+        cmocka_unit_test(test_moshi_bad_dirs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -64,7 +64,8 @@ for mode in shared static; do
     if ! ${CC:-cc} -std=c11 -Wall -Wextra -Werror -o "$tmp/decode_$mode" examples/decode.c $flags 2>"$tmp/cc.log"; then
         bad "$mode" "build failed: $(head -5 "$tmp/cc.log")"; continue
     fi
-    if [ $mode = shared ] && ! LD_LIBRARY_PATH="$P/lib" ldd "$tmp/decode_$mode" | grep -q "$P/lib/libdepthdec.so.1"; then
+    # ldd's whole output first: with pipefail, `ldd | grep -q` fails when grep exits early and ldd gets SIGPIPE
+    if [ $mode = shared ] && ! grep -qF "$P/lib/libdepthdec.so.1" <<<"$(LD_LIBRARY_PATH="$P/lib" ldd "$tmp/decode_$mode")"; then
         bad "$mode" "does not load $P/lib/libdepthdec.so.1"; continue
     fi
     if [ $mode = static ] && ldd "$tmp/decode_$mode" | grep -q libdepthdec; then

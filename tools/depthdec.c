@@ -18,22 +18,24 @@ static const char *USAGE =
     "usage: depthdec COMMAND [options]\n"
     "\n"
     "  info MODEL                          config, tensor count, bytes per frame, quantization\n"
-    "  demo [--backend B] [--frames N] [--threads N]\n"
-    "                                      decode frames of the embedded synthetic GPT-dims model\n"
+    "  demo [--backend B] [--frames N] [--threads N] [--synthetic gpt|csm|qwen3tts|moshi]\n"
+    "                                      decode frames of an embedded synthetic model (default: GPT dims)\n"
     "  generate --model M --hidden H.npy [--c0 C.npy] --out CODES.npy [--seed S] [--frame F]\n"
     "           [--temperature T] [--top-k K] [--greedy] [--backend B] [--threads N] [--batch N]\n"
     "           [--next-embed E.npy]       (Qwen3: also the talker's next input embedding of each frame)\n"
-    "  score --model M --hidden H.npy --codes C.npy --out LOGITS.npy [--logits0 L0.npy] [--backend B]\n"
-    "  bench [--model M | --synthetic gpt|csm|qwen3tts] [--weights f32|f16|bf16|q8|q4] [--batch B] [--frames N]\n"
+    "           [--text T.npy]             (Moshi: the frame's text token per row, int32 [N], required)\n"
+    "  score --model M --hidden H.npy --codes C.npy --out LOGITS.npy [--logits0 L0.npy] [--backend B] [--text T.npy]\n"
+    "  bench [--model M | --synthetic gpt|csm|qwen3tts|moshi] [--weights f32|f16|bf16|q8|q4] [--batch B] [--frames N]\n"
     "        [--backend B] [--threads N] [--json FILE]\n"
-    "  export (--synthetic gpt|csm|qwen3tts|tiny-gpt|tiny-llama|tiny-qwen3 [--weights W] | --model M [--weights f32|f16|bf16])\n"
+    "  export (--synthetic gpt|csm|qwen3tts|moshi|tiny-gpt|tiny-llama|tiny-qwen3|tiny-moshi [--weights W] | --model M [--weights f32|f16|bf16])\n"
     "         --out FILE.safetensors      write a native file (converting/dequantizing with --weights)\n"
     "  quantize IN OUT --bits 8|4 [--group-size 32|64|128] [--embeddings] [--scale-type f32|f16|bf16]\n"
-    "  quality (MODEL | --synthetic gpt|csm|qwen3tts|tiny-gpt|tiny-llama|tiny-qwen3) [--group-size G] [--rows N] [--backend B]\n"
+    "  quality (MODEL | --synthetic KIND) [--group-size G] [--rows N] [--backend B]\n"
     "          [--hidden H.npy --codes C.npy]   8- and 4-bit logit error and top-1 agreement per level\n"
     "\n"
-    "MODEL is a native .safetensors file or an HF directory: CSM or a Qwen3 code predictor (config.json +\n"
-    "model.safetensors[.index.json]; Qwen3: + the talker codec table's .safetensors).\n";
+    "MODEL is a native .safetensors file or an HF directory: CSM, a Qwen3 code predictor or Kyutai Moshi's\n"
+    "depformer (config.json + model.safetensors[.index.json]; Qwen3: + the talker codec table's .safetensors;\n"
+    "Moshi: MoshiForConditionalGeneration or MoshiDepthDecoder as transformers saves them).\n";
 /* then the "Backends: ..." line (print_usage), then: */
 static const char *USAGE_TAIL =
     "Rows of --hidden are consecutive frames of one stream: row n uses seed S and frame F + n.\n"
@@ -246,8 +248,13 @@ static void print_config(const dd_model *m) {
     printf("block        %s\n", c->block == DD_BLOCK_GPT ? "gpt (LayerNorm, GELU)"
                                  : c->has_qk_norm          ? "llama with q/k norms (Qwen3 code predictor: RMSNorm, "
                                                              "per-head q/k RMSNorm before RoPE, SwiGLU)"
+                                 : c->per_position         ? "Moshi depformer (RMSNorm, SwiGLU, no RoPE, no final norm; "
+                                                             "per-position weights: pass p uses slice p of every matrix)"
                                                            : "llama (RMSNorm, SwiGLU, RoPE)");
-    printf("levels       %d (%d passes per frame)\n", c->levels, c->levels - 1);
+    printf("levels       %d (%d passes per frame)\n", c->levels, c->per_position ? c->levels : c->levels - 1);
+    if (c->text_vocab)
+        printf("text         token per frame in [0, %d] (position 0's input; %d = the extra row); codes as input in "
+               "[0, %d] (%d = pad/initial)\n", c->text_vocab, c->text_vocab, c->codebook_size, c->codebook_size);
     printf("codebook     %d\n", c->codebook_size);
     printf("input_dim    %d%s\n", c->input_dim, c->has_in_proj ? " (in_proj)" : " (no in_proj)");
     printf("dim          %d, %d layers, %d heads x %d (kv heads %d), ffn %d, eps %g\n", c->dim, c->layers, c->heads,
@@ -260,7 +267,9 @@ static void print_config(const dd_model *m) {
         printf("\n");
     }
     printf("positions    %s\n", c->has_pos ? "learned" : (c->has_rope ? "rope" : "none"));
-    printf("head0        %s\n", c->has_head0 ? "yes (can sample c0)" : "no (c0 must be given)");
+    printf("head0        %s\n", c->per_position ? "position 0's head (samples c0)"
+                                 : c->has_head0   ? "yes (can sample c0)"
+                                                  : "no (c0 must be given)");
     printf("embeddings   %s\n", c->embed_in_input_space ? "input space (through in_proj each pass)" : "model space");
     printf("weights      %s", dd_dtype_name(c->weight_type));
     if (c->quant_bits) printf(" (MLX affine, %d-bit, group %d)", c->quant_bits, c->quant_group);
@@ -290,23 +299,35 @@ static int cmd_info(opts *o) {
 static int cmd_demo(opts *o) {
     if (opt_flag(o, "--help")) {
         char dflt[200];
-        printf("usage: depthdec demo [--backend B] [--frames N] [--threads N] [--weights W]\n"
+        printf("usage: depthdec demo [--backend B] [--frames N] [--threads N] [--weights W] [--synthetic KIND]\n"
                "Decodes N frames (default: %s) of one stream with the embedded\n"
-               "synthetic GPT-dims model (D 1024, 4 layers, 16 heads, F 4096, Q 32, V 2048; bf16 weights).\n",
+               "synthetic GPT-dims model (D 1024, 4 layers, 16 heads, F 4096, Q 32, V 2048; bf16 weights), or with\n"
+               "--synthetic csm|qwen3tts|moshi another family's dims (c0 and Moshi's text token made up per frame\n"
+               "where the model needs them).\n",
                backend_list(dflt, sizeof dflt, 0, 0, 1, ", ", ", "));
         return 0;
     }
     dd_backend b = opt_backend(o);
-    const char *fr = opt_str(o, "--frames"), *th = opt_str(o, "--threads"), *wt = opt_str(o, "--weights");
+    const char *fr = opt_str(o, "--frames"), *th = opt_str(o, "--threads"), *wt = opt_str(o, "--weights"),
+               *syn = opt_str(o, "--synthetic");
     int threads = th ? (int)parse_int("--threads", th, 0, 1024) : 0;
     dd_dtype w = wt ? parse_weights(wt) : DD_BF16;
     int frames = fr ? (int)parse_int("--frames", fr, 1, 100000) : 0; /* 0: the backend's default, below */
     const char *pos[1];
     if (positionals(o, pos, 0)) die_usage("demo takes no arguments");
+    static const char *const kinds[][2] = {{"gpt", "GPT-dims"},
+                                           {"csm", "CSM-1B-dims"},
+                                           {"qwen3tts", "Qwen3-TTS code-predictor-dims"},
+                                           {"moshi", "Moshi depformer-dims"}};
+    const char *title = NULL;
+    if (!syn) syn = "gpt";
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++)
+        if (!strcmp(syn, kinds[k][0])) title = kinds[k][1];
+    if (!title) die_usage("--synthetic '%s': want gpt, csm, qwen3tts or moshi", syn);
     dd_error e;
     dd_model *m;
     double t0 = now_ms();
-    if (dd_model_synthetic(&m, "gpt", w, 0, &e)) return fail(&e);
+    if (dd_model_synthetic(&m, syn, w, 0, &e)) return fail(&e);
     dd_decoder *d = make_decoder(m, b, 1, threads);
     if (!d) {
         dd_model_free(m);
@@ -315,9 +336,9 @@ static int cmd_demo(opts *o) {
     dd_backend used = dd_decoder_backend(d);
     if (!frames) frames = dd_backend_info_get(used)->demo_frames;
     const dd_config *c = dd_model_config(m);
-    printf("depthdec %s demo: synthetic GPT-dims depth decoder (THE WEIGHTS ARE SYNTHETIC: deterministic random\n"
+    printf("depthdec %s demo: synthetic %s depth decoder (THE WEIGHTS ARE SYNTHETIC: deterministic random\n"
            "numbers, not a trained model, so the codes are not speech). Built in %.0f ms.\n",
-           DD_VERSION_STRING, now_ms() - t0);
+           DD_VERSION_STRING, title, now_ms() - t0);
     printf("model: D %d, %d layers, %d heads x %d, ffn %d, %d levels x %d codes, %s weights; backend %s\n", c->dim,
            c->layers, c->heads, c->head_dim, c->ffn_dim, c->levels, c->codebook_size, dd_dtype_name(w),
            dd_backend_name(used));
@@ -329,8 +350,13 @@ static int cmd_demo(opts *o) {
     for (int f = 0; f < frames && !rc; f++) {
         fill_hidden(h, (size_t)c->input_dim, (uint64_t)f + 1);
         uint64_t seed = 42, frame = (uint64_t)f;
+        /* made-up inputs where the family needs them: c0 (no head0: the talker gives it), the text token (Moshi) */
+        int32_t c0 = (int32_t)(((unsigned)f * 7919u) % (unsigned)c->codebook_size);
+        int32_t text = c->text_vocab ? (int32_t)(((unsigned)f * 104729u) % (unsigned)(c->text_vocab + 1)) : 0;
         double a = now_ms();
-        if (dd_decode(d, 1, h, NULL, &seed, &frame, &s, codes, &e)) rc = fail(&e);
+        if (dd_decode_text(d, 1, h, c->text_vocab ? &text : NULL, c->has_head0 ? NULL : &c0, &seed, &frame, &s, codes,
+                           &e))
+            rc = fail(&e);
         ms[f] = now_ms() - a;
         if (!rc && (f < 3 || f == frames - 1)) {
             printf("frame %3d:", f);
@@ -400,9 +426,11 @@ static float *read_hidden(const dd_model *m, const char *path, int64_t *n) {
     return h;
 }
 
-/* codes [n, Q] (ndim 2) or c0 [n] (ndim 1), each value checked to lie in [0, V) (message names the file row). */
-static int32_t *read_codes(const dd_model *m, const char *path, const char *what, int ndim, const int64_t *shape,
-                           int V) {
+/* Integer inputs: codes [n, Q] (ndim 2), c0 [n] (ndim 1, DD_INPUT_C0) or Moshi's text tokens [n] (DD_INPUT_TEXT),
+ * each value checked to lie in [0, hi) (message names the file row and the `noun`: "code", "token"). A model that
+ * takes no text refuses --text (the library's input check says so). */
+static int32_t *read_ids(const dd_model *m, dd_input what, const char *path, const char *opt, int ndim,
+                         const int64_t *shape, int hi, const char *noun) {
     dd_npy a;
     dd_error e;
     if (dd_npy_read(path, &a, &e)) {
@@ -410,31 +438,50 @@ static int32_t *read_codes(const dd_model *m, const char *path, const char *what
         return NULL;
     }
     int32_t *c = NULL;
-    if (!npy_input_ok(m, ndim == 1 ? DD_INPUT_C0 : DD_INPUT_CODES, &a, shape[0], path, what)) c = NULL;
-    else if (dd_npy_to_i32(&a, path, what, ndim, shape, &c, &e)) fail(&e);
+    if (npy_input_ok(m, what, &a, shape[0], path, opt) && dd_npy_to_i32(&a, path, opt, ndim, shape, &c, &e)) fail(&e);
     dd_npy_free(&a);
     int64_t per_row = ndim == 2 ? shape[1] : 1;
     for (size_t i = 0; c && i < (size_t)(shape[0] * per_row); i++)
-        if (c[i] < 0 || c[i] >= V) {
+        if (c[i] < 0 || c[i] >= hi) {
             if (ndim == 2)
-                fprintf(stderr, "depthdec: %s (%s): row %lld, level %lld: code %d outside [0, %d)\n", path, what,
-                        (long long)(i / per_row), (long long)(i % per_row), (int)c[i], V);
+                fprintf(stderr, "depthdec: %s (%s): row %lld, level %lld: %s %d outside [0, %d)\n", path, opt,
+                        (long long)(i / per_row), (long long)(i % per_row), noun, (int)c[i], hi);
             else
-                fprintf(stderr, "depthdec: %s (%s): row %lld: code %d outside [0, %d)\n", path, what, (long long)i,
-                        (int)c[i], V);
+                fprintf(stderr, "depthdec: %s (%s): row %lld: %s %d outside [0, %d)\n", path, opt, (long long)i, noun,
+                        (int)c[i], hi);
             free(c);
             return NULL;
         }
     return c;
 }
 
+static int32_t *read_codes(const dd_model *m, const char *path, const char *what, int ndim, const int64_t *shape,
+                           int V) {
+    return read_ids(m, ndim == 1 ? DD_INPUT_C0 : DD_INPUT_CODES, path, what, ndim, shape, V, "code");
+}
+
+/* Text tokens when the model takes them: --text required then; 1 = ok (*t may stay NULL), 0 = failed (reported). */
+static int want_text(const dd_model *m, const char *model, const char *tp, int64_t n, int32_t **t) {
+    *t = NULL;
+    const int TV = dd_model_config(m)->text_vocab;
+    if (!TV && !tp) return 1;
+    if (!tp) {
+        fprintf(stderr, "depthdec: %s: the model (Moshi's depformer) needs the frame's text token per row: --text T.npy\n",
+                model);
+        return 0;
+    }
+    return (*t = read_ids(m, DD_INPUT_TEXT, tp, "--text", 1, (int64_t[]){n}, TV + 1, "token")) != NULL;
+}
+
 static int cmd_generate(opts *o) {
     if (opt_flag(o, "--help")) {
         printf("usage: depthdec generate --model M --hidden H.npy [--c0 C.npy] --out CODES.npy [--seed S]\n"
                "       [--frame F] [--temperature T] [--top-k K] [--greedy] [--backend B] [--threads N] [--batch N]\n"
-               "       [--next-embed E.npy]\n"
+               "       [--next-embed E.npy] [--text T.npy]\n"
                "H.npy float32/float16 [N, input_dim]; C.npy int32/int64 [N]; writes int32 [N, levels].\n"
                "Row n is frame F + n of one stream seeded S; without --c0, c0 is sampled from head0.\n"
+               "--text (Moshi's depformer, required there): int32/int64 [N], the frame's text token per row, in\n"
+               "[0, text_vocab]; Moshi samples c0 itself (from position 0) unless --c0 is given (then in [0, V]).\n"
                "--next-embed (Qwen3 predictors loaded from their HF directory): also writes float32 [N, input_dim],\n"
                "the talker's next input embedding of each frame's codes (c0's talker row + the predictor's tables).\n");
         return 0;
@@ -442,7 +489,7 @@ static int cmd_generate(opts *o) {
     const char *model = opt_str(o, "--model"), *hid = opt_str(o, "--hidden"), *c0p = opt_str(o, "--c0"),
                *out = opt_str(o, "--out"), *sd = opt_str(o, "--seed"), *fr = opt_str(o, "--frame"),
                *tp = opt_str(o, "--temperature"), *tk = opt_str(o, "--top-k"), *th = opt_str(o, "--threads"),
-               *bt = opt_str(o, "--batch"), *nep = opt_str(o, "--next-embed");
+               *bt = opt_str(o, "--batch"), *nep = opt_str(o, "--next-embed"), *txp = opt_str(o, "--text");
     int greedy = opt_flag(o, "--greedy");
     dd_backend b = opt_backend(o);
     const char *pos[1];
@@ -464,7 +511,7 @@ static int cmd_generate(opts *o) {
     const dd_config *c = dd_model_config(m);
     int64_t n = 0;
     int rc = 1;
-    int32_t *c0 = NULL, *codes = NULL;
+    int32_t *c0 = NULL, *codes = NULL, *text = NULL;
     uint64_t *seeds = NULL, *frames = NULL;
     float *emb = NULL, *h = NULL;
     dd_decoder *d = NULL;
@@ -474,7 +521,9 @@ static int cmd_generate(opts *o) {
         goto done;
     }
     if (!(h = read_hidden(m, hid, &n))) goto done;
-    if (c0p && !(c0 = read_codes(m, c0p, "--c0", 1, (int64_t[]){n}, c->codebook_size))) goto done;
+    if (c0p && !(c0 = read_codes(m, c0p, "--c0", 1, (int64_t[]){n}, c->codebook_size + (c->per_position ? 1 : 0))))
+        goto done;
+    if (!want_text(m, model, txp, n, &text)) goto done;
     if (!c0 && !c->has_head0) {
         fprintf(stderr, "depthdec: %s: the model has no head0, so --c0 is required\n", model);
         goto done;
@@ -496,8 +545,8 @@ static int cmd_generate(opts *o) {
     for (int64_t r = 0; r < n; r += batch) {
         int k = (int)(n - r < batch ? n - r : batch);
         progress_line(t0, "generate", r, n, "rows");
-        if (dd_decode(d, k, h + r * c->input_dim, c0 ? c0 + r : NULL, seeds + r, frames + r, &s,
-                      codes + r * c->levels, &e)) {
+        if (dd_decode_text(d, k, h + r * c->input_dim, text ? text + r : NULL, c0 ? c0 + r : NULL, seeds + r,
+                           frames + r, &s, codes + r * c->levels, &e)) {
             /* name the file row, not the batch row */
             progress_end();
             fprintf(stderr, "depthdec: %s: rows %lld..%lld: %s\n", hid, (long long)r, (long long)(r + k - 1), e.msg);
@@ -532,6 +581,7 @@ static int cmd_generate(opts *o) {
 done:
     free(h);
     free(c0);
+    free(text);
     free(codes);
     free(seeds);
     free(frames);
@@ -544,13 +594,15 @@ done:
 static int cmd_score(opts *o) {
     if (opt_flag(o, "--help")) {
         printf("usage: depthdec score --model M --hidden H.npy --codes C.npy --out LOGITS.npy [--logits0 L0.npy]\n"
-               "       [--backend B] [--threads N]\n"
+               "       [--backend B] [--threads N] [--text T.npy]\n"
                "Writes float32 [N, levels-1, V]: teacher-forced logits of levels 1..Q-1 given the codes, and with\n"
-               "--logits0 float32 [N, V] = head0 . hidden (needs head0).\n");
+               "--logits0 float32 [N, V] = head0 . hidden (needs head0; Moshi: the logits of c0 at position 0).\n"
+               "--text (Moshi, required there): int32/int64 [N] text tokens; its codes may hold V (pad/initial).\n");
         return 0;
     }
     const char *model = opt_str(o, "--model"), *hid = opt_str(o, "--hidden"), *cp = opt_str(o, "--codes"),
-               *out = opt_str(o, "--out"), *l0p = opt_str(o, "--logits0"), *th = opt_str(o, "--threads");
+               *out = opt_str(o, "--out"), *l0p = opt_str(o, "--logits0"), *th = opt_str(o, "--threads"),
+               *tp = opt_str(o, "--text");
     dd_backend b = opt_backend(o);
     const char *pos[1];
     if (positionals(o, pos, 0)) die_usage("score takes no positional arguments");
@@ -562,12 +614,13 @@ static int cmd_score(opts *o) {
     const dd_config *c = dd_model_config(m);
     int Q = c->levels, V = c->codebook_size, rc = 1;
     int64_t n = 0;
-    int32_t *codes = NULL;
+    int32_t *codes = NULL, *text = NULL;
     float *lg = NULL, *l0 = NULL;
     dd_decoder *d = NULL;
     float *h = read_hidden(m, hid, &n);
     if (!h) goto done;
-    if (!(codes = read_codes(m, cp, "--codes", 2, (int64_t[]){n, Q}, V))) goto done;
+    if (!(codes = read_codes(m, cp, "--codes", 2, (int64_t[]){n, Q}, V + (c->per_position ? 1 : 0)))) goto done;
+    if (!want_text(m, model, tp, n, &text)) goto done;
     if (l0p && !c->has_head0) {
         fprintf(stderr, "depthdec: %s: the model has no head0, so --logits0 cannot be written\n", model);
         goto done;
@@ -584,7 +637,8 @@ static int cmd_score(opts *o) {
     for (int64_t r = 0; r < n; r += batch) {
         int k = (int)(n - r < batch ? n - r : batch);
         progress_line(t0, "score", r, n, "rows");
-        if (dd_score(d, k, h + r * c->input_dim, codes + r * Q, lg + r * (Q - 1) * V, l0 ? l0 + r * V : NULL, &e)) {
+        if (dd_score_text(d, k, h + r * c->input_dim, text ? text + r : NULL, codes + r * Q, lg + r * (Q - 1) * V,
+                          l0 ? l0 + r * V : NULL, &e)) {
             progress_end();
             fprintf(stderr, "depthdec: %s / %s: rows %lld..%lld: %s\n", hid, cp, (long long)r, (long long)(r + k - 1),
                     e.msg);
@@ -623,6 +677,7 @@ static int cmd_score(opts *o) {
 done:
     free(h);
     free(codes);
+    free(text);
     free(lg);
     free(l0);
     dd_decoder_free(d);
@@ -634,7 +689,7 @@ done:
 
 static int cmd_bench(opts *o) {
     if (opt_flag(o, "--help")) {
-        printf("usage: depthdec bench [--model M | --synthetic gpt|csm|qwen3tts] [--weights f32|f16|bf16|q8|q4] [--batch B]\n"
+        printf("usage: depthdec bench [--model M | --synthetic gpt|csm|qwen3tts|moshi] [--weights f32|f16|bf16|q8|q4] [--batch B]\n"
                "       [--frames N] [--backend B] [--threads N] [--json FILE]\n"
                "Times whole frames (all passes, c0 given) of B streams; prints the median ms/frame beside the\n"
                "floor = weight bytes per frame / read bandwidth measured in the same run.\n");
@@ -648,8 +703,8 @@ static int cmd_bench(opts *o) {
     if (positionals(o, pos, 0)) die_usage("bench takes no positional arguments");
     if (model && syn) die_usage("give either --model or --synthetic, not both");
     if (model && wt) die_usage("--weights applies to --synthetic models only (a file has its own types)");
-    if (syn && strcmp(syn, "gpt") && strcmp(syn, "csm") && strcmp(syn, "qwen3tts"))
-        die_usage("--synthetic '%s': want gpt, csm or qwen3tts", syn);
+    if (syn && strcmp(syn, "gpt") && strcmp(syn, "csm") && strcmp(syn, "qwen3tts") && strcmp(syn, "moshi"))
+        die_usage("--synthetic '%s': want gpt, csm, qwen3tts or moshi", syn);
     if (!model && !syn) syn = "gpt";
     dd_dtype w = wt ? parse_weights(wt) : DD_BF16;
     int batch = bt ? (int)parse_int("--batch", bt, 1, 4096) : 1;
@@ -669,10 +724,11 @@ static int cmd_bench(opts *o) {
     size_t nh = (size_t)batch * c->input_dim;
     float *h = malloc(nh * sizeof *h);
     int32_t *c0 = malloc((size_t)batch * sizeof *c0), *codes = malloc((size_t)batch * c->levels * sizeof *codes);
+    int32_t *text = c->text_vocab ? malloc((size_t)batch * sizeof *text) : NULL; /* Moshi: a text token per stream */
     uint64_t *seeds = malloc((size_t)batch * sizeof *seeds), *fidx = malloc((size_t)batch * sizeof *fidx);
     double *ms = malloc((size_t)frames * sizeof *ms);
     int rc = 0;
-    if (!h || !c0 || !codes || !seeds || !fidx || !ms) {
+    if (!h || !c0 || !codes || !seeds || !fidx || !ms || (c->text_vocab && !text)) {
         fprintf(stderr, "depthdec: out of memory\n");
         rc = 1;
     }
@@ -680,6 +736,7 @@ static int cmd_bench(opts *o) {
     dd_sampling s = dd_sampling_default();
     for (int i = 0; !rc && i < batch; i++) {
         c0[i] = (int32_t)((i * 7919u) % (unsigned)c->codebook_size);
+        if (text) text[i] = (int32_t)((i * 104729u) % (unsigned)(c->text_vocab + 1));
         seeds[i] = (uint64_t)i;
     }
     /* one warm-up frame, then `frames` timed frames */
@@ -688,7 +745,7 @@ static int cmd_bench(opts *o) {
         if (f >= 0) progress_line(t0, "bench", f, frames, "frames");
         for (int i = 0; i < batch; i++) fidx[i] = (uint64_t)(f + 1);
         double a = now_ms();
-        if (dd_decode(d, batch, h, c0, seeds, fidx, &s, codes, &e)) rc = fail(&e);
+        if (dd_decode_text(d, batch, h, text, c0, seeds, fidx, &s, codes, &e)) rc = fail(&e);
         if (f >= 0) ms[f] = now_ms() - a;
     }
     progress_end();
@@ -696,6 +753,7 @@ static int cmd_bench(opts *o) {
     /* each of the Q-1 passes reads (about) the same matrices: one pass's share is the working set a cache would
      * have to hold for the later passes of a frame to be served from it; measured where the backend can */
     uint64_t ws_bytes = dd_model_weight_bytes_per_frame(m) / (uint64_t)(c->levels - 1);
+    if (c->per_position) ws_bytes = dd_model_weight_bytes_per_frame(m); /* Moshi: each pass its own slices */
     if (!rc && dd_measure_read_bandwidth(used, threads, &gbps, &e)) rc = fail(&e);
     if (!rc && ws_bytes >= (1u << 20)) {
         dd_status st = dd_measure_read_bandwidth_size(used, threads, ws_bytes, &ws_gbps, &e);
@@ -719,15 +777,22 @@ static int cmd_bench(opts *o) {
                dd_backend_info_get(used)->bandwidth_method, floor_ms, med / floor_ms);
         double ws_floor = ws_gbps > 0 ? bytes / (ws_gbps * 1e9) * 1e3 : 0;
         if (ws_gbps > 0)
-            printf("  read bandwidth %.2f GB/s over one pass's working set (%.1f MB) -> floor %.3f ms/frame, ratio "
-                   "%.3f\n", ws_gbps, ws_bytes / 1e6, ws_floor, med / ws_floor);
+            printf("  read bandwidth %.2f GB/s over %s working set (%.1f MB) -> floor %.3f ms/frame, ratio "
+                   "%.3f\n", ws_gbps, c->per_position ? "a frame's" : "one pass's", ws_bytes / 1e6, ws_floor,
+                   med / ws_floor);
         /* what the floors mean: the first reads a buffer larger than any cache, so it is a DRAM (or HBM) figure;
          * weights that stay in a cache between passes are read faster, and that ratio can drop below 1 */
         long l3 = used == DD_BACKEND_CUDA ? 0 : sysconf(_SC_LEVEL3_CACHE_SIZE);
-        printf("  floors         = %.1f MB per frame / a read bandwidth: the first from a buffer larger than the\n"
-               "                 caches (a DRAM figure; ratio < 1: faster than streaming every weight from memory),\n"
-               "                 the second from one pass's weights (the %d passes of a frame read the same layers)",
-               bytes / 1e6, c->levels - 1);
+        if (c->per_position)
+            printf("  floors         = %.1f MB per frame / a read bandwidth: the first from a buffer larger than the\n"
+                   "                 caches (a DRAM figure), the second from one frame's weights (per-position\n"
+                   "                 weights: each of the %d passes reads its own slices, so a frame is the working set)",
+                   bytes / 1e6, c->levels);
+        else
+            printf("  floors         = %.1f MB per frame / a read bandwidth: the first from a buffer larger than the\n"
+                   "                 caches (a DRAM figure; ratio < 1: faster than streaming every weight from memory),\n"
+                   "                 the second from one pass's weights (the %d passes of a frame read the same layers)",
+                   bytes / 1e6, c->levels - 1);
         if (l3 > 0) printf(";\n                 this host's L3 (%.0f MB) %s that working set", l3 / 1e6,
                            (double)l3 >= (double)ws_bytes ? "holds" : "cannot hold");
         if (ws_gbps <= 0)
@@ -765,6 +830,7 @@ static int cmd_bench(opts *o) {
     }
     free(h);
     free(c0);
+    free(text);
     free(codes);
     free(seeds);
     free(fidx);
@@ -778,7 +844,7 @@ static int cmd_bench(opts *o) {
 
 static int cmd_export(opts *o) {
     if (opt_flag(o, "--help")) {
-        printf("usage: depthdec export (--synthetic gpt|csm|qwen3tts|tiny-gpt|tiny-llama|tiny-qwen3 [--weights W] | --model M) --out F\n"
+        printf("usage: depthdec export (--synthetic gpt|csm|qwen3tts|moshi|tiny-gpt|tiny-llama|tiny-qwen3|tiny-moshi [--weights W] | --model M) --out F\n"
                "Writes the model as a native .safetensors file (config in __metadata__), e.g. for other engines.\n");
         return 0;
     }
@@ -900,7 +966,7 @@ static int cmd_quality(opts *o) {
     int Q = c->levels, V = c->codebook_size, rc = 1;
     int64_t n = rows;
     float *h = NULL, *ld = NULL, *lq = NULL;
-    int32_t *codes = NULL;
+    int32_t *codes = NULL, *text = NULL;
     if (hp) {
         if (!(h = read_hidden(m, hp, &n)) || !(codes = read_codes(m, cp, "--codes", 2, (int64_t[]){n, Q}, V)))
             goto done;
@@ -915,6 +981,10 @@ static int cmd_quality(opts *o) {
             codes[i] = (int32_t)((s >> 33) % (uint64_t)V);
         }
     }
+    if (c->text_vocab) { /* Moshi: a text token per row (deterministic; --text is not an option of quality) */
+        if (!(text = malloc((size_t)n * sizeof *text))) goto done;
+        for (int64_t i = 0; i < n; i++) text[i] = (int32_t)((i * 104729u) % (unsigned)(c->text_vocab + 1));
+    }
     size_t nl = (size_t)n * (Q - 1) * V;
     ld = malloc(nl * sizeof *ld);
     lq = malloc(nl * sizeof *lq);
@@ -927,7 +997,9 @@ static int cmd_quality(opts *o) {
     for (int64_t r = 0; r < n && ok; r += batch) {
         int k = (int)(n - r < batch ? n - r : batch);
         progress_line(t0, "quality: dense model", r, n, "rows");
-        if (dd_score(d, k, h + r * c->input_dim, codes + r * Q, ld + r * (Q - 1) * V, NULL, &e)) ok = !fail(&e);
+        if (dd_score_text(d, k, h + r * c->input_dim, text ? text + r : NULL, codes + r * Q, ld + r * (Q - 1) * V,
+                          NULL, &e))
+            ok = !fail(&e);
     }
     printf("quality: %s, %lld rows (%s), backend %s; error = |quantized - dense| / max|dense| per level\n",
            dd_model_source(m), (long long)n, hp ? "given inputs" : "random hidden states and codes",
@@ -948,7 +1020,9 @@ static int cmd_quality(opts *o) {
         for (int64_t r = 0; r < n && ok; r += batch) {
             int k = (int)(n - r < batch ? n - r : batch);
             progress_line(t0, p.bits == 8 ? "quality: 8-bit model" : "quality: 4-bit model", r, n, "rows");
-            if (dd_score(dq, k, h + r * c->input_dim, codes + r * Q, lq + r * (Q - 1) * V, NULL, &e)) ok = !fail(&e);
+            if (dd_score_text(dq, k, h + r * c->input_dim, text ? text + r : NULL, codes + r * Q,
+                              lq + r * (Q - 1) * V, NULL, &e))
+                ok = !fail(&e);
         }
         progress_end();
         dd_decoder_free(dq);
@@ -985,6 +1059,7 @@ static int cmd_quality(opts *o) {
 done:
     free(h);
     free(codes);
+    free(text);
     free(ld);
     free(lq);
     dd_model_free(mq[0]);

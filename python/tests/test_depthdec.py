@@ -84,7 +84,8 @@ def test_config(models):
     assert c == {"block": "gpt", "levels": 8, "codebook_size": 64, "input_dim": 96, "dim": 64, "layers": 2,
                  "heads": 4, "kv_heads": 4, "head_dim": 16, "ffn_dim": 256, "norm_eps": 1e-05, "rope": None,
                  "quantization": None, "weight_type": "f16", "has_head0": True, "has_in_proj": True,
-                 "has_pos": True, "embed_in_input_space": False, "has_qk_norm": False}
+                 "has_pos": True, "embed_in_input_space": False, "has_qk_norm": False, "per_position": False,
+                 "text_vocab": 0}
     assert m.tensor_count == 32 and m.weight_bytes_per_frame > 0 and m.weight_bytes > 0
     assert m.source == str(model_path("gpt_f16"))
     c["levels"] = 99  # a copy: the model is immutable
@@ -570,3 +571,67 @@ def test_qwen3_predictors(name):
         m.next_embedding(bad)
     with pytest.raises(depthdec.Error, match="talker-space"):
         depthdec.Model.synthetic("tiny-qwen3").next_embedding(greedy)
+
+
+@needs_fixtures
+@pytest.mark.parametrize("name", ["moshi_tiny", "moshi_tiny_depth", "moshi_q12"])
+def test_moshi_depformer(name):
+    """Kyutai Moshi's depformer as transformers saves it (the whole model, the module alone; Q 12 > transformers'
+    sliding window): logits of all Q levels (level 0 = logits0, from position 0) and greedy codes against the
+    float64 fixtures, with the text keyword; text required, range-checked, and refused by models without text."""
+    fx = "moshi_tiny" if name == "moshi_tiny_depth" else name
+    m = depthdec.Model(FIXTURES / name)
+    c = m.config
+    assert c["per_position"] is True and c["text_vocab"] == 40 and c["has_head0"] is True
+    h, codes, greedy, text = (fixture(fx, k) for k in ("hidden", "codes", "greedy", "text"))
+    ref = fixture(fx, "logits")
+    Q = c["levels"]
+    for b in ["ref", "auto"] + [x for x in depthdec.available_backends() if x not in ("ref", "cuda")]:
+        d = depthdec.Decoder(m, backend=b)
+        logits, logits0 = d.score(h, codes, text=text.astype(np.int64))
+        assert np.max(np.abs(logits - ref[:, 1:])) <= 1e-4 * np.max(np.abs(ref))
+        assert np.max(np.abs(logits0 - ref[:, 0])) <= 1e-4 * np.max(np.abs(ref[:, 0]))
+        assert np.array_equal(d.generate(h, text=text, greedy=True), greedy)
+        assert np.array_equal(d.generate(h, text=text, c0=greedy[:, 0], greedy=True), greedy)
+        # each row's own text token: a shuffled text array changes the codes of the rows it moves
+        assert not np.array_equal(d.generate(h, text=np.roll(text, 1), greedy=True), greedy)
+        assert d.generate(h, text=text, seed=3).shape == (6, Q)
+    d = depthdec.Decoder(m)
+    with pytest.raises(depthdec.ArgumentError, match="text tokens required"):
+        d.generate(h)
+    with pytest.raises(depthdec.ArgumentError, match="text row 2: token 41"):
+        d.generate(h, text=np.array([0, 1, 41, 3, 4, 5]))
+    with pytest.raises(depthdec.ArgumentError, match="text"):
+        d.score(h, codes, text=text[:5])
+    bad = codes.copy()
+    bad[0, 1] = c["codebook_size"] + 1
+    with pytest.raises(depthdec.ArgumentError, match="row 0, level 1"):
+        d.score(h, bad, text=text)
+    g = depthdec.Model.synthetic("tiny-llama")
+    with pytest.raises(depthdec.ArgumentError, match="takes no text"):
+        depthdec.Decoder(g).generate(np.zeros((2, g.config["input_dim"]), np.float32), text=[1, 2])
+
+
+@needs_fixtures
+def test_moshi_serve_frames():
+    """The serving path's request parsing and batched decode (depthdec.serve without Ray): Moshi frames carry their
+    text token; codes of a mixed batch (greedy and sampled, c0 given and not) equal the plain Decoder's."""
+    from depthdec import serve
+
+    m = depthdec.Model(FIXTURES / "moshi_tiny")
+    cfg, d = m.config, depthdec.Decoder(m, backend="cpu")
+    h, text, greedy = fixture("moshi_tiny", "hidden"), fixture("moshi_tiny", "text"), fixture("moshi_tiny", "greedy")
+    reqs = [{"hidden": h[i].tolist(), "text": int(text[i]), "greedy": i % 2 == 0, "seed": 11 + i, "frame": 3,
+             "c0": int(greedy[i, 0]) if i == 5 else None} for i in range(6)]
+    got = serve.decode_frames(d, [serve.parse_frame(cfg, r) for r in reqs])
+    for i in range(6):
+        want = d.generate(h[i:i + 1], text=text[i:i + 1], greedy=i % 2 == 0, seed=11 + i, frame=3,
+                          c0=greedy[i:i + 1, 0] if i == 5 else None)[0]
+        assert got[i] == want.tolist()
+    assert got[0] == greedy[0].tolist()
+    for bad, msg in (({}, "text"), ({"text": 41}, "text"), ({"text": 1, "c0": 65}, "c0")):
+        with pytest.raises(ValueError, match=msg):
+            serve.parse_frame(cfg, dict({"hidden": h[0].tolist()}, **bad))
+    g = depthdec.Model.synthetic("tiny-llama")
+    with pytest.raises(ValueError, match="takes no text"):
+        serve.parse_frame(g.config, {"hidden": [0.0] * g.config["input_dim"], "text": 3})

@@ -262,3 +262,50 @@ def test_from_tensors_torch_csm(rng):
     bad["lm_head.weight"] = bad["lm_head.weight"].to(torch.int32)
     with pytest.raises(depthdec.ArgumentError, match="tensor 'lm_head.weight': dtype torch.int32"):
         depthdec.Model.from_tensors(cfg, bad)
+
+
+@needs_torch
+def test_moshi_from_state_dict():
+    """A live transformers Moshi model's tensors (the whole MoshiForConditionalGeneration state_dict, bf16, its config
+    dict) give the same model as its saved directory: scores bitwise equal to the directory's on the fixture."""
+    from safetensors.torch import load_file
+
+    d = FIXTURES / "moshi_tiny"
+    sd = {}
+    for f in sorted(d.glob("*.safetensors")):
+        sd.update(load_file(str(f)))
+    cfg = json.loads((d / "config.json").read_text())
+    m = depthdec.Model.from_tensors(cfg, sd)
+    assert m.config["per_position"] and m.config["text_vocab"] == 40
+    h, codes, text = (np.load(FIXTURES / ("moshi_tiny_%s.npy" % k)) for k in ("hidden", "codes", "text"))
+    got = depthdec.Decoder(m, backend="cpu").score(h, codes, text=text)
+    want = depthdec.Decoder(depthdec.Model(d), backend="cpu").score(h, codes, text=text)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    del sd["depth_decoder.lm_heads.weight"]
+    with pytest.raises(depthdec.Error, match="lm_heads.weight"):
+        depthdec.Model.from_tensors(cfg, sd)
+
+
+@needs_torch
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_moshi_dense_types(tmp_path, dtype):
+    """MoshiDepthDecoder directories saved in f32 / f16 (the fixture's bf16 values, which both hold exactly) load
+    and match the float64 fixture on every CPU backend, as the bf16 original does."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    src = FIXTURES / "moshi_tiny_depth"
+    sd = {k: v.to(getattr(torch, dtype)) for k, v in load_file(str(src / "model.safetensors")).items()}
+    save_file(sd, str(tmp_path / "model.safetensors"))
+    shutil.copy(src / "config.json", tmp_path / "config.json")
+    m = depthdec.Model(tmp_path)
+    h, codes, text, greedy = (np.load(FIXTURES / ("moshi_tiny_%s.npy" % k)) for k in ("hidden", "codes", "text", "greedy"))
+    ref = np.load(FIXTURES / "moshi_tiny_logits.npy")
+    assert m.config["weight_type"] == {"float32": "f32", "float16": "f16"}[dtype]
+    for b in ("ref", "cpu"):
+        d = depthdec.Decoder(m, backend=b)
+        logits, logits0 = d.score(h, codes, text=text)
+        assert np.max(np.abs(logits - ref[:, 1:])) <= 1e-4 * np.max(np.abs(ref))
+        assert np.max(np.abs(logits0 - ref[:, 0])) <= 1e-4 * np.max(np.abs(ref[:, 0]))
+        assert np.array_equal(d.generate(h, text=text, greedy=True), greedy)

@@ -11,6 +11,8 @@
  *   ADD_POS     a loop on the calling thread
  *   SAMPLE, CODE_C0, GATHER   each consecutive run of them is one job per stream (one fork-join): dd_sample_core
  *               (the shared SPEC §3 rule) and the gather of the drawn code's embedding row as the next input.
+ * Moshi (DD_IN_PER_POSITION): Q one-position passes, each op pointing at its position's weight slices; the text
+ * token's row is a GATHER from the call's text tokens (d->text).
  * CSM-layout models: the plan says DD_IN_PROJ_PER_PASS — in_proj is applied per pass to the gathered table rows
  * (one more linear per pass, counted by dd_model_weight_bytes_per_frame); no in(table) is precomputed, so the
  * rounding is the reference's.
@@ -123,6 +125,7 @@ typedef struct frame_io {
     int b;                  /* streams of this group */
     const float *hidden;    /* [b, I] */
     const int32_t *c0;      /* [b] or NULL */
+    const int32_t *text;    /* [b] the text tokens (Moshi), or NULL */
     int32_t *codes;         /* [b, Q] decode out, or NULL (score) */
     const int32_t *given;   /* [b, Q] score: the teacher-forced codes, or NULL */
     const uint64_t *seeds, *frames; /* [b] or NULL */
@@ -228,8 +231,10 @@ static void stream_op(run_ctx *r, const dd_plan_op *o, int s) {
         float *y = rows_at(r, g->dst, &ld, &T) + (size_t)s * ld;
         if (g->src == DD_GATHER_HIDDEN)
             memcpy(y, io->hidden + (size_t)s * c->input_dim, (size_t)g->width * sizeof(float));
+        else if (g->src == DD_GATHER_TEXT)
+            dd_weight_row_f32(&m->text_embed, io->text[s], y);
         else
-            dd_weight_row_f32(&m->embed, (int64_t)g->level * V + r->code_src[(size_t)s * Q + g->level], y);
+            dd_weight_row_f32(&m->embed, (int64_t)g->level * m->embed_rows + r->code_src[(size_t)s * Q + g->level], y);
         if (g->pos >= 0)
             for (int i = 0; i < c->dim; i++) y[i] += m->pos[(size_t)g->pos * c->dim + i];
         break;
@@ -296,6 +301,7 @@ static dd_status cpu_decode(dd_decoder *d, int n, const float *hidden, const int
     for (int g0 = 0; g0 < n; g0 += st->G) {
         int b = n - g0 < st->G ? n - g0 : st->G;
         frame_io io = {.b = b, .hidden = hidden + (size_t)g0 * c->input_dim, .c0 = c0 ? c0 + g0 : NULL,
+                       .text = d->text ? d->text + g0 : NULL,
                        .seeds = seeds ? seeds + g0 : NULL, .frames = frames ? frames + g0 : NULL,
                        .T = s->temperature, .K = s->top_k, .codes = codes + (size_t)g0 * c->levels};
         run_plan(st, d->m, plan, &io);
@@ -316,6 +322,7 @@ static dd_status cpu_score(dd_decoder *d, int n, const float *hidden, const int3
     for (int g0 = 0; g0 < n; g0 += st->G) {
         int b = n - g0 < st->G ? n - g0 : st->G;
         frame_io io = {.b = b, .hidden = hidden + (size_t)g0 * c->input_dim, .given = codes + (size_t)g0 * c->levels,
+                       .text = d->text ? d->text + g0 : NULL,
                        .logits = logits + (size_t)g0 * (c->levels - 1) * c->codebook_size,
                        .logits0 = logits0 ? logits0 + (size_t)g0 * c->codebook_size : NULL};
         run_plan(st, d->m, plan, &io);

@@ -328,6 +328,8 @@ static dd_status cuda_init(dd_decoder *d, dd_error *err) {
     d->impl = st;
     if (c->levels > 64 || c->heads > 256)
         return dd_fail(err, DD_EUNSUPPORTED, "backend cuda: more than 64 levels or 256 heads");
+    if (c->per_position) /* issue 17: Moshi's per-position weights and text token are not in the CUDA programs yet */
+        return dd_fail(err, DD_EUNSUPPORTED, "backend cuda: Moshi's per-position weights are not implemented on CUDA yet (use --backend cpu)");
     const int B = d->max_batch, D = c->dim, I = c->input_dim, H = c->heads, KV = c->kv_heads, HD = c->head_dim,
               F = c->ffn_dim, V = c->codebook_size, Q = c->levels, L = c->layers;
     st->B = B;

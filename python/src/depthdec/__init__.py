@@ -110,8 +110,8 @@ class Model:
     @classmethod
     def synthetic(cls, kind, weights="bf16", seed=0):
         """One of the embedded synthetic models: kind "gpt" (the seed's dims), "csm" (CSM-1B depth dims),
-        "qwen3tts" (Qwen3-TTS's code predictor dims, no head0), "tiny-gpt", "tiny-llama" or "tiny-qwen3" (small models
-        for tests);
+        "qwen3tts" (Qwen3-TTS's code predictor dims, no head0), "moshi" (Kyutai Moshi's depformer dims: per-position
+        weights, needs text=), "tiny-gpt", "tiny-llama", "tiny-qwen3" or "tiny-moshi" (small models for tests);
         weights "f32", "f16", "bf16", "q8" or "q4" (group 64). Deterministic in `seed`; the weights are synthetic
         (not a trained model)."""
         if not isinstance(kind, str) or not isinstance(weights, str):
@@ -170,7 +170,8 @@ class Model:
         input_dim, dim, layers, heads, kv_heads, head_dim, ffn_dim, norm_eps, rope (None or {"theta", "scaling":
         None or {"rope_type": "llama3", "factor", "low_freq_factor", "high_freq_factor",
         "original_max_position_embeddings"}}), quantization (None or {"bits", "group_size", "mode": "affine"}),
-        weight_type ("f32", "f16", "bf16", "q8", "q4"), has_head0, has_in_proj, has_pos, embed_in_input_space, has_qk_norm."""
+        weight_type ("f32", "f16", "bf16", "q8", "q4"), has_head0, has_in_proj, has_pos, embed_in_input_space,
+        has_qk_norm, per_position, text_vocab (Moshi: per-position weights, text ids in [0, text_vocab]; 0 = none)."""
         import copy
 
         return copy.deepcopy(self._config)
@@ -333,6 +334,24 @@ def _hidden(model, x):
     return h
 
 
+def _text(model, x, n):
+    """Moshi's text tokens: None for a model without text (a given array is refused), else int32 [N] (int32/int64
+    given) in [0, text_vocab]; required there."""
+    tv = model._config["text_vocab"]
+    if x is None:
+        if tv:
+            raise ArgumentError("%s: text tokens required: the model (Moshi's depformer) conditions each frame on its "
+                                "text token (text=[N] ints)" % model.source)
+        return None
+    a = _host_array(x, "text")
+    _check(model, 3, a, n, "text")
+    bad = (a < 0) | (a > tv)
+    if bad.any():
+        r = int(np.argwhere(bad)[0][0])
+        raise ArgumentError("text row %d: token %d outside [0, %d]" % (r, a[r].item(), tv))
+    return np.ascontiguousarray(a, dtype=np.int32)
+
+
 def _codes(model, x, name, shape, V):
     """int32 C-contiguous codes of the given shape (int32 or int64 given), every value in [0, V)."""
     a = _host_array(x, name)
@@ -428,7 +447,8 @@ class Decoder:
         if not self._lock.acquire(blocking=False):
             raise Error("Decoder is in use by another thread: give each thread its own Decoder", Status.EINVAL)
 
-    def generate(self, hidden, c0=None, seed=0, frame=0, temperature=0.9, top_k=50, greedy=False, stream=None):
+    def generate(self, hidden, c0=None, seed=0, frame=0, temperature=0.9, top_k=50, greedy=False, text=None,
+                 stream=None):
         """Codes c0..c(Q-1) of N frames: int32 array [N, Q].
 
         Arrays: numpy arrays, torch CPU tensors, or any host array with __dlpack__ (torch is imported only when a
@@ -443,20 +463,26 @@ class Decoder:
         hidden: [N, input_dim] float32 (float16/bfloat16/float64 converted), N >= 1; rows are consecutive frames of one
           stream, as in the CLI: row n uses `seed` and frame `frame + n`. Per-row keys: pass `seed` and/or `frame`
           as [N] integer arrays (then row n uses seed[n] / frame[n]).
-        c0: None (sample c0 from the model's level-0 head; needs head0) or [N] int32/int64 codes in [0, V).
+        c0: None (sample c0 from the model's level-0 head; needs head0) or [N] int32/int64 codes in [0, V)
+          (Moshi: [0, V], V being its pad/initial id).
         temperature, top_k: sampling (SPEC §3; defaults 0.9 and 50, CSM's); temperature 0 or greedy=True = argmax.
-        A frame's codes depend only on (model, hidden row, c0, seed, frame, temperature, top_k).
+        text: Moshi's depformer only (required there): [N] int32/int64, the frame's text token per row in
+          [0, text_vocab]. Moshi samples c0 itself, from position 0.
+        A frame's codes depend only on (model, hidden row, text, c0, seed, frame, temperature, top_k).
         """
         c = self._cfg
         dev = _device_of(hidden, stream)
         if dev is not None:
             from . import _device
 
+            if text is not None:  # the models that take text tokens (Moshi) run on the host backends only
+                raise ArgumentError("text: %s takes no text tokens (text given)" % self.model.source)
             t, k = _sampling(temperature, top_k, greedy)
             return _device.generate(self, hidden, dev, c0, seed, frame, t, k, stream)
         h = _hidden(self.model, hidden)
         n = h.shape[0]
-        c0a = None if c0 is None else _codes(self.model, c0, "c0", (n,), c["codebook_size"])
+        ta = _text(self.model, text, n)
+        c0a = None if c0 is None else _codes(self.model, c0, "c0", (n,), c["codebook_size"] + int(c["per_position"]))
         if c0a is None and not c["has_head0"]:
             raise Error("%s: the model has no head0, so c0 is required" % self.model.source, Status.EUNSUPPORTED)
         seeds = _keys(seed, "seed", n, consecutive=False)
@@ -465,34 +491,38 @@ class Decoder:
         out = np.empty((n, c["levels"]), dtype=np.int32)
         self._enter()
         try:
-            _ext.decode(self._h, n, h, c0a, seeds, frames, t, k, out)
+            _ext.decode(self._h, n, h, c0a, seeds, frames, t, k, out, ta)
         finally:
             self._lock.release()
         return _like(hidden, out)
 
-    def score(self, hidden, codes, stream=None):
+    def score(self, hidden, codes, text=None, stream=None):
         """Teacher-forced logits: (logits float32 [N, Q-1, V] of levels 1..Q-1 given codes 0..Q-2,
         logits0 float32 [N, V] = head0 · hidden, or None when the model has no head0); torch tensors when
         `hidden` is a torch tensor, numpy arrays otherwise (see generate for the arrays accepted, CUDA tensors and
         `stream` included).
 
         hidden: [N, input_dim] as for generate; codes: [N, Q] int32/int64 in [0, V) (level Q-1 is not read but must
-        be in range)."""
+        be in range; Moshi: [0, V]); text: Moshi's text tokens as for generate. Moshi's logits0 are the logits of c0
+        at position 0."""
         dev = _device_of(hidden, stream)
         if dev is not None:
             from . import _device
 
+            if text is not None:
+                raise ArgumentError("text: %s takes no text tokens (text given)" % self.model.source)
             return _device.score(self, hidden, dev, codes, stream)
         c = self._cfg
         Q, V = c["levels"], c["codebook_size"]
         h = _hidden(self.model, hidden)
         n = h.shape[0]
-        ca = _codes(self.model, codes, "codes", (n, Q), V)
+        ta = _text(self.model, text, n)
+        ca = _codes(self.model, codes, "codes", (n, Q), V + int(c["per_position"]))
         logits = np.empty((n, Q - 1, V), dtype=np.float32)
         logits0 = np.empty((n, V), dtype=np.float32) if c["has_head0"] else None
         self._enter()
         try:
-            _ext.score(self._h, n, h, ca, logits, logits0)
+            _ext.score(self._h, n, h, ca, logits, logits0, ta)
         finally:
             self._lock.release()
         return _like(hidden, logits, logits0)

@@ -256,6 +256,8 @@ static PyObject *model_config(PyObject *self, PyObject *cap) {
     bad |= dict_set(d, "has_pos", PyBool_FromLong(c->has_pos));
     bad |= dict_set(d, "embed_in_input_space", PyBool_FromLong(c->embed_in_input_space));
     bad |= dict_set(d, "has_qk_norm", PyBool_FromLong(c->has_qk_norm));
+    bad |= dict_set(d, "per_position", PyBool_FromLong(c->per_position));
+    bad |= dict_set(d, "text_vocab", PyLong_FromLong(c->text_vocab));
     if (bad) {
         Py_DECREF(d);
         return NULL;
@@ -416,6 +418,7 @@ struct call {
     void *stream;
     const float *h;
     const int32_t *codes; /* c0 [n] (decode) or codes [n, Q] (score) */
+    const int32_t *text;  /* [n] (Moshi) or NULL; host calls only */
     const uint64_t *seeds, *frames;
     dd_sampling sp;
     int32_t *out;
@@ -429,7 +432,8 @@ static dd_status decode_rows(const struct call *a, Py_ssize_t r, int k, dd_error
     int32_t *out = a->out + r * c->levels;
     if (a->device)
         return dd_decode_device(a->pd->d, k, h, c0, a->seeds + r, a->frames + r, &a->sp, out, a->stream, e);
-    return dd_decode(a->pd->d, k, h, c0, a->seeds + r, a->frames + r, &a->sp, out, e);
+    return dd_decode_text(a->pd->d, k, h, a->text ? a->text + r : NULL, c0, a->seeds + r, a->frames + r, &a->sp, out,
+                          e);
 }
 
 static dd_status score_rows(const struct call *a, Py_ssize_t r, int k, dd_error *e) {
@@ -438,7 +442,7 @@ static dd_status score_rows(const struct call *a, Py_ssize_t r, int k, dd_error 
     const float *h = a->h + r * c->input_dim;
     float *lg = a->lg + r * (Q - 1) * V, *l0 = a->l0 ? a->l0 + r * V : NULL;
     if (a->device) return dd_score_device(a->pd->d, k, h, a->codes + r * Q, lg, l0, a->stream, e);
-    return dd_score(a->pd->d, k, h, a->codes + r * Q, lg, l0, e);
+    return dd_score_text(a->pd->d, k, h, a->text ? a->text + r : NULL, a->codes + r * Q, lg, l0, e);
 }
 
 /* Rows [0, n) in batches of at most max_batch with the GIL released; 0, or -1 with the error raised (naming the
@@ -464,14 +468,15 @@ static int run_rows(const struct call *a, Py_ssize_t n,
 }
 
 /* decode(dec, n, hidden f32[n*I], c0 i32[n] | None, seeds u64[n], frames u64[n], temperature, top_k,
- *        codes_out i32[n*Q]) -> None. Rows are split into batches of max_batch; the GIL is released meanwhile. */
+ *        codes_out i32[n*Q], text i32[n] | None) -> None. Rows are split into batches of max_batch; the GIL is
+ *        released meanwhile. */
 static PyObject *decode(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *cap, *ho, *c0o, *so, *fo, *outo;
+    PyObject *cap, *ho, *c0o, *so, *fo, *outo, *to = Py_None;
     Py_ssize_t n;
     float temperature;
     int top_k;
-    if (!PyArg_ParseTuple(args, "OnOOOOfiO:decode", &cap, &n, &ho, &c0o, &so, &fo, &temperature, &top_k, &outo))
+    if (!PyArg_ParseTuple(args, "OnOOOOfiO|O:decode", &cap, &n, &ho, &c0o, &so, &fo, &temperature, &top_k, &outo, &to))
         return NULL;
     struct py_decoder *pd = get_decoder(cap);
     if (!pd) return NULL;
@@ -484,11 +489,17 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     if (get_buf(so, &s, n, 8, 0, "seeds") < 0) goto rel_c0;
     if (get_buf(fo, &f, n, 8, 0, "frames") < 0) goto rel_s;
     if (get_buf(outo, &out, n * c->levels, 4, 1, "codes") < 0) goto rel_f;
+    Py_buffer tx = {0};
+    int have_text = to != Py_None;
+    if (have_text && get_buf(to, &tx, n, 4, 0, "text") < 0) goto rel_out;
     {
-        struct call a = {.pd = pd, .h = h.buf, .codes = have_c0 ? c0.buf : NULL, .seeds = s.buf, .frames = f.buf,
+        struct call a = {.pd = pd, .h = h.buf, .codes = have_c0 ? c0.buf : NULL,
+                         .text = have_text ? tx.buf : NULL, .seeds = s.buf, .frames = f.buf,
                          .sp = {.temperature = temperature, .top_k = top_k}, .out = out.buf};
         ok = run_rows(&a, n, decode_rows) == 0;
     }
+    if (have_text) PyBuffer_Release(&tx);
+rel_out:
     PyBuffer_Release(&out);
 rel_f:
     PyBuffer_Release(&f);
@@ -502,12 +513,13 @@ rel_h:
     Py_RETURN_NONE;
 }
 
-/* score(dec, n, hidden f32[n*I], codes i32[n*Q], logits_out f32[n*(Q-1)*V], logits0_out f32[n*V] | None) */
+/* score(dec, n, hidden f32[n*I], codes i32[n*Q], logits_out f32[n*(Q-1)*V], logits0_out f32[n*V] | None,
+ *       text i32[n] | None) */
 static PyObject *score(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *cap, *ho, *co, *lo, *l0o;
+    PyObject *cap, *ho, *co, *lo, *l0o, *to = Py_None;
     Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "OnOOOO:score", &cap, &n, &ho, &co, &lo, &l0o)) return NULL;
+    if (!PyArg_ParseTuple(args, "OnOOOO|O:score", &cap, &n, &ho, &co, &lo, &l0o, &to)) return NULL;
     struct py_decoder *pd = get_decoder(cap);
     if (!pd) return NULL;
     const dd_config *c = pd->cfg;
@@ -519,10 +531,15 @@ static PyObject *score(PyObject *self, PyObject *args) {
     if (get_buf(co, &codes, n * Q, 4, 0, "codes") < 0) goto rel_h;
     if (get_buf(lo, &lg, n * (Q - 1) * V, 4, 1, "logits") < 0) goto rel_c;
     if (have_l0 && get_buf(l0o, &l0, n * V, 4, 1, "logits0") < 0) goto rel_lg;
+    Py_buffer tx = {0};
+    int have_text = to != Py_None;
+    if (have_text && get_buf(to, &tx, n, 4, 0, "text") < 0) goto rel_l0;
     {
-        struct call a = {.pd = pd, .h = h.buf, .codes = codes.buf, .lg = lg.buf, .l0 = have_l0 ? l0.buf : NULL};
+        struct call a = {.pd = pd, .h = h.buf, .codes = codes.buf, .text = have_text ? tx.buf : NULL, .lg = lg.buf, .l0 = have_l0 ? l0.buf : NULL};
         ok = run_rows(&a, n, score_rows) == 0;
     }
+    if (have_text) PyBuffer_Release(&tx);
+rel_l0:
     if (have_l0) PyBuffer_Release(&l0);
 rel_lg:
     PyBuffer_Release(&lg);

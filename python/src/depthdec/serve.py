@@ -9,14 +9,16 @@ Replicas: one per GPU of the cluster when it has GPUs and the backend may use th
 CPU replica (--replicas overrides). Needs ``pip install 'ray[serve]'`` (tested with 2.60.0).
 
 Requests (JSON), per frame: ``{"hidden": [floats] | "hidden_b64": base64 of little-endian float32, "c0": int or
-null, "seed": int, "frame": int, "temperature": 0.9, "top_k": 50, "greedy": false, "id": anything}`` ->
+null, "seed": int, "frame": int, "temperature": 0.9, "top_k": 50, "greedy": false, "id": anything}`` (Moshi's
+depformer: also ``"text": int``, the frame's text token, required there) ->
 ``{"id": ..., "codes": [Q ints]}`` or ``{"id": ..., "error": "..."}``.
   POST /frame        one frame (HTTP 400 with the error for a bad request)
   WS   /stream       a stream's connection for its lifetime: one request message per frame, one answer each
   GET  /info         the model's config, backend, max batch
 
 The server keeps no per-stream state: the caller keeps its seed and frame index, so any replica can serve any frame,
-and a frame's codes depend only on (model, hidden, c0, seed, frame, sampling) -- never on the batch it landed in. A
+and a frame's codes depend only on (model, hidden, c0, seed, frame, sampling; Moshi: text) -- never on the batch it
+landed in. A
 bad request is refused alone (validated before batching; a batch whose decode fails is retried frame by frame so
 only the bad frame gets the error).
 """
@@ -44,7 +46,7 @@ def load_model(spec):
 
 def parse_frame(cfg, req):
     """A request dict checked against the model's config -> (hidden float32 [I], c0 or None, seed, frame,
-    temperature, top_k). Raises ValueError with a message that names the field."""
+    temperature, top_k, text or None). Raises ValueError with a message that names the field."""
     if not isinstance(req, dict):
         raise ValueError("request: want a JSON object")
     I, V = cfg["input_dim"], cfg["codebook_size"]
@@ -70,11 +72,17 @@ def parse_frame(cfg, req):
     if not np.all(np.isfinite(h)):
         raise ValueError("hidden: element %d is not finite" % int(np.argmax(~np.isfinite(h))))
     c0 = req.get("c0")
+    V_in = V + int(cfg.get("per_position", False))  # Moshi: its pad/initial id V is a valid input code
     if c0 is not None:
-        if isinstance(c0, bool) or not isinstance(c0, int) or not 0 <= c0 < V:
-            raise ValueError("c0: want an integer in [0, %d)" % V)
+        if isinstance(c0, bool) or not isinstance(c0, int) or not 0 <= c0 < V_in:
+            raise ValueError("c0: want an integer in [0, %d)" % V_in)
     elif not cfg["has_head0"]:
         raise ValueError("c0: required (this model has no head0: the backbone gives c0)")
+    tv, text = cfg.get("text_vocab", 0), req.get("text")
+    if tv and (isinstance(text, bool) or not isinstance(text, int) or not 0 <= text <= tv):
+        raise ValueError("text: want the frame's text token, an integer in [0, %d] (Moshi's depformer)" % tv)
+    if not tv and text is not None:
+        raise ValueError("text: this model takes no text token")
     ints = {}
     for k in ("seed", "frame"):
         x = req.get(k, 0)
@@ -89,7 +97,7 @@ def parse_frame(cfg, req):
             raise ValueError("temperature: want a finite number >= 0")
         if isinstance(kk, bool) or not isinstance(kk, int) or kk < 0:
             raise ValueError("top_k: want an integer >= 0")
-    return h, c0, ints["seed"], ints["frame"], float(t), int(kk)
+    return h, c0, ints["seed"], ints["frame"], float(t), int(kk), text
 
 
 def decode_frames(dec, frames):
@@ -98,7 +106,7 @@ def decode_frames(dec, frames):
     its own error (an Exception in its slot) and the others their codes."""
     out = [None] * len(frames)
     groups = {}
-    for i, (h, c0, seed, frame, t, k) in enumerate(frames):
+    for i, (h, c0, seed, frame, t, k, text) in enumerate(frames):
         groups.setdefault((t, k, c0 is None), []).append(i)
     for (t, k, no_c0), idx in groups.items():
         def run(rows):
@@ -106,7 +114,8 @@ def decode_frames(dec, frames):
             c0 = None if no_c0 else np.array([frames[i][1] for i in rows], dtype=np.int32)
             seeds = np.array([frames[i][2] for i in rows], dtype=np.uint64)
             fidx = np.array([frames[i][3] for i in rows], dtype=np.uint64)
-            return dec.generate(h, c0=c0, seed=seeds, frame=fidx, temperature=t, top_k=k)
+            text = None if frames[rows[0]][6] is None else np.array([frames[i][6] for i in rows], dtype=np.int32)
+            return dec.generate(h, c0=c0, seed=seeds, frame=fidx, temperature=t, top_k=k, text=text)
         try:
             codes = run(idx)
             for j, i in enumerate(idx):
