@@ -1158,8 +1158,9 @@ static size_t mat_bytes(const cu_mat &w) {
     return (size_t)w.MT * w.KT * w.tile_bytes + (w.sb ? (size_t)w.MT * w.NG * 16 * w.sb_bytes : 0);
 }
 
-/* Build the plan of (variant, n); x->plan[variant][n].ok says whether it fits the executor's limits. */
-static dd_status build_plan(lt_exec *x, int variant, int n, dd_error *err) {
+/* Build the plan of (variant, n), with attention and samplers on SMs of their own (role) or not;
+ * x->plan[variant][n].ok says whether it fits the executor's limits. */
+static dd_status build_plan_role(lt_exec *x, int variant, int n, int role, dd_error *err) {
     cu_state *st = x->st;
     const dd_config *c = &x->m->cfg;
     const int D = c->dim, I = c->input_dim, H = c->heads, KV = c->kv_heads, HD = c->head_dim, V = c->codebook_size,
@@ -1186,8 +1187,8 @@ static dd_status build_plan(lt_exec *x, int variant, int n, dd_error *err) {
      * item as soon as the inputs are published instead of after its own linear units, and runs the same few code
      * paths every pass (H200, GPT dims bf16 B1: attention 5.2 instead of 7.4 us a layer on the critical path, the
      * frame 3% faster; CSM dims 7% faster; docs/cuda_results.md 2026-12-04) */
-    b.Rs = n;
-    b.R = n + n * KV;
+    b.Rs = role ? n : 0;
+    b.R = role ? n + n * KV : 0;
     if (b.R > G / 4) b.R = b.Rs = 0;
     double kept = 0;
 
@@ -1552,6 +1553,15 @@ void lt_free(lt_exec *x) {
 }
 
 int lt_max_batch(const lt_exec *x) { return x ? LT_MAX_N : 0; }
+
+/* The plan with attention and samplers on SMs of their own, else (when the linears' units on the other SMs do not
+ * fit the executor's limits, e.g. CSM dims at B2-B8: 5 gate/up pairs of fc1 make a 40 KB chunk, over the 32 KB
+ * piece) the plan without. */
+static dd_status build_plan(lt_exec *x, int variant, int n, dd_error *err) {
+    dd_status s = build_plan_role(x, variant, n, 1, err);
+    if (s || x->plan[variant][n].ok != 1) return s;
+    return build_plan_role(x, variant, n, 0, err);
+}
 
 /* The batches the decoder sends here by default: all it takes. Measured on the H200 in one process
  * (dev/cuda/lat_timeline.cu, 2026-12-03 22:4x UTC, medians of 30 frames), this executor vs the frame kernel: GPT dims
