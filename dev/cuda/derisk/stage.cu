@@ -19,7 +19,11 @@
  *   item8      eight warps, one chunk each at once
  *   item_2x    one warp, two chunks interleaved (two independent accumulator chains)
  *   sample     the executor's sampler (cu_sample_block over the 15 warps): V 2048, T 0.9, top-k 50, the Gumbel noise
- *              precomputed (as lt_noise gives it), logits in shared memory
+ *              precomputed (as lt_noise gives it), logits in shared memory; sample_old: the version before 2026-12-04
+ *   hist_atom  the sampler's first radix pass alone: 2048 top-byte counts by shared atomics on one array + barrier
+ *   hist_warp  the same into a row per warp (15 x 256 words), then 256 threads sum the rows (2 barriers)
+ *   hist_agg   one array, but a warp whose 32 keys share one bucket adds 32 with one atomic (__all_sync)
+ *   argmax     the sampler's end alone: scores of every index (noise given) and the block argmax (cu_block_best)
  * Each phase's first repetition (its code and data cold) is printed beside the median of the others.
  *
  *   nvcc -O3 -std=c++17 -fmad=false -gencode=arch=compute_90a,code=sm_90a -I src -I include dev/cuda/derisk/stage.cu -o stage
@@ -43,9 +47,9 @@ __device__ __forceinline__ u64 ld_relaxed(const u64 *p) {
     return v;
 }
 
-enum { PH_BAR, PH_POLL8, PH_STATS32, PH_TREE, PH_8W, PH_NORM1, PH_NORM3, PH_ITEM1, PH_ITEM8, PH_ITEM2X, PH_SAMPLE, PH_SAMPLE_OLD, NPH };
+enum { PH_BAR, PH_POLL8, PH_STATS32, PH_TREE, PH_8W, PH_NORM1, PH_NORM3, PH_ITEM1, PH_ITEM8, PH_ITEM2X, PH_SAMPLE, PH_SAMPLE_OLD, PH_HIST_ATOM, PH_HIST_WARP, PH_HIST_AGG, PH_ARGMAX, NPH };
 static const char *ph_name[NPH] = {"bar", "poll8", "stats32", "stats_tree", "stats_8w", "norm_u1", "norm_u3",
-                                   "item1", "item8", "item_2x", "sample", "sample_old"};
+                                   "item1", "item8", "item_2x", "sample", "sample_old", "hist_atom", "hist_warp", "hist_agg", "argmax"};
 
 __device__ volatile int g_stop;
 
@@ -347,6 +351,48 @@ __global__ void __launch_bounds__(512, 1) k_stage(const u64 *words, const float 
                 keep += (float)c;
                 break;
             }
+            case PH_HIST_ATOM:
+            case PH_HIST_AGG: {
+                unsigned *h = ss.hist;
+                for (int b = tid; b < 256; b += NC) h[b] = 0u;
+                nbar();
+                for (int i = tid; i < SV; i += NC) {
+                    const unsigned b = dd_order_key(zl[i]) >> 24;
+                    if (ph == PH_HIST_AGG && __all_sync(__activemask(), b == __shfl_sync(__activemask(), b, 0))) {
+                        if (lane == 0) atomicAdd(&h[b], (unsigned)__popc(__activemask()));
+                    } else {
+                        atomicAdd(&h[b], 1u);
+                    }
+                }
+                nbar();
+                keep += (float)h[lane];
+                break;
+            }
+            case PH_HIST_WARP: {
+                unsigned *h = (unsigned *)(sm + 65536 + 4096); /* 15 x 256 words */
+                for (int b = lane; b < 256; b += 32) h[warp * 256 + b] = 0u;
+                __syncwarp();
+                for (int i = tid; i < SV; i += NC) atomicAdd(&h[warp * 256 + (dd_order_key(zl[i]) >> 24)], 1u);
+                nbar();
+                if (tid < 256) {
+                    unsigned c = 0;
+#pragma unroll
+                    for (int w = 0; w < NW; w++) c += h[w * 256 + tid];
+                    ss.hist[tid] = c;
+                }
+                nbar();
+                keep += (float)ss.hist[lane];
+                break;
+            }
+            case PH_ARGMAX: {
+                float bs = -INFINITY;
+                int bi = -1;
+                const float invT = dd_inv_temperature(0.9f);
+                for (int i = tid; i < SV; i += NC) cu_best(bs, bi, dd_sample_score(zl[i], invT, gn[i]), i);
+                cu_block_best<sbar>(bs, bi, ss);
+                keep += (float)bi;
+                break;
+            }
             }
             nbar();
             if (tid == 0) cyc[rep * NPH + ph] = (u64)(clock64() - t0);
@@ -377,7 +423,7 @@ int main(void) {
     CK(cudaMemcpy(words, hw.data(), K * 8, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(nw, hn.data(), K * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(nb, hb.data(), K * 4, cudaMemcpyHostToDevice));
-    const int smem = 65536 + 4096;
+    const int smem = 65536 + 4096 + 15 * 1024;
     CK(cudaFuncSetAttribute(k_stage, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     for (int spin = 0; spin < 2; spin++) {
         const int zero = 0;
