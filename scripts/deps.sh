@@ -5,16 +5,18 @@
 #   libcmocka-dev     the unit-test framework: only `make test` needs it
 #   pkg-config        `make test`'s install check builds an example with pkg-config
 #   python3-venv      the Python package's virtual environment (README "Python")
+#   python3-dev       Python.h: `pip install ./python` compiles the package's C extension (a bare Debian 12 has
+#                     python3 without it; found by running the README's commands in a debootstrap'd bookworm)
 # Packages already installed are left alone; when all are there nothing is run (no root needed). Otherwise it runs
 # `apt-get update` and `apt-get install -y` as root; a user who is not root gets the command to run and exit 1.
 # Usage: scripts/deps.sh [EXTRA_PACKAGE...]   (extra Debian packages to install too, e.g. CI's valgrind clang)
 set -euo pipefail
 
-pkgs=(build-essential libjansson-dev libcmocka-dev pkg-config python3-venv "$@")
+pkgs=(build-essential libjansson-dev libcmocka-dev pkg-config python3-venv python3-dev "$@")
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
     echo "deps: no dpkg/apt-get here (not Debian/Ubuntu): install a C compiler, make, jansson (headers), cmocka" \
-         "(headers, for the tests), pkg-config and python3-venv with your system's package manager" >&2
+         "(headers, for the tests), pkg-config, python3-venv and python3-dev with your system's package manager" >&2
     exit 1
 fi
 
