@@ -255,6 +255,11 @@ static void test_usage_errors(void **state) {
     expect_fail(2, NULL, NEEDLES("--frames", "0"), "bench --model %s --frames 0 --backend ref", g_tiny);
     expect_fail(2, NULL, NEEDLES("--frames", "0"), "demo --frames 0 --backend ref");
     expect_fail(2, NULL, NEEDLES("--synthetic", "tiny-gpt"), "bench --synthetic tiny-gpt");
+    expect_fail(2, NULL, NEEDLES("--budget", "80,x"), "bench --capacity --model %s --budget 80,x", g_tiny);
+    expect_fail(2, NULL, NEEDLES("--budget", "0"), "bench --capacity --model %s --budget 0", g_tiny);
+    expect_fail(2, NULL, NEEDLES("--capacity", "--batch"), "bench --capacity --model %s --batch 4", g_tiny);
+    expect_fail(2, NULL, NEEDLES("--max-batch", "--capacity"), "bench --model %s --max-batch 4", g_tiny);
+    expect_fail(2, NULL, NEEDLES("--max-batch", "0"), "bench --capacity --model %s --max-batch 0", g_tiny);
     expect_fail(2, NULL, NEEDLES("info"), "info");
     expect_fail(2, NULL, NEEDLES("--bits"), "quantize %s %s", M, P("q.safetensors"));
 }
@@ -754,6 +759,61 @@ static void test_bench_json(void **state) {
     assert_no_tmp_files();
 }
 
+/* bench --capacity on the tiny model (cpu): every reported capacity is a measured batch within its budget whose
+ * next measured batch (if any) is over it; budgets chosen from this run's own batch-1 and batch-4 times so that the
+ * answers are neither 0 nor the cap by construction of the test, whatever the host's speed */
+static void test_bench_capacity(void **state) {
+    const char *J = P("capacity.json");
+    json_error_t je;
+    run_ok("bench --capacity --model %s --backend cpu --threads 1 --budget 1e6 --max-batch 4 --frames 3 --json %s",
+           g_tiny, J);
+    json_t *o = json_load_file(J, 0, &je);
+    if (!o) fail_msg("%s: %s", J, je.text);
+    json_t *curve = json_object_get(o, "curve");
+    assert_int_equal(json_array_size(curve), 3); /* batches 1, 2, 4: all within 1e6 ms */
+    double t1 = json_number_value(json_object_get(json_array_get(curve, 0), "ms_per_frame"));
+    double t4 = json_number_value(json_object_get(json_array_get(curve, 2), "ms_per_frame"));
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(json_object_get(o, "capacity"), 0), "streams")), 4);
+    assert_non_null(strstr(g_out, "4 concurrent real-time streams"));
+    json_decref(o);
+    /* a budget far above batch 1's time and one below it */
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "bench --capacity --model %%s --backend cpu --threads 1 --budget %g,%g --max-batch 64 "
+             "--frames 3 --json %%s", 40 * (t1 > t4 ? t1 : t4), t1 / 1000);
+    run_ok(cmd, g_tiny, J);
+    o = json_load_file(J, 0, &je);
+    if (!o) fail_msg("%s: %s", J, je.text);
+    curve = json_object_get(o, "curve");
+    json_t *caps = json_object_get(o, "capacity");
+    assert_int_equal(json_array_size(caps), 2);
+    for (size_t k = 0; k < 2; k++) {
+        json_t *c = json_array_get(caps, k);
+        double budget = json_number_value(json_object_get(c, "budget_ms"));
+        int n = (int)json_integer_value(json_object_get(c, "streams"));
+        int found = n == 0, prev = 0;
+        for (size_t i = 0; i < json_array_size(curve); i++) {
+            json_t *pt = json_array_get(curve, i);
+            int b = (int)json_integer_value(json_object_get(pt, "batch"));
+            double t = json_number_value(json_object_get(pt, "ms_per_frame"));
+            assert_true(b > prev); /* sorted, each batch once */
+            prev = b;
+            if (b == n) {
+                found = 1;
+                assert_true(t <= budget);
+            }
+            if (n && b > n) { /* the next measured batch is over the budget (or n is the cap) */
+                if (!(t > budget)) fail_msg("capacity %d for %g ms, but batch %d took %g ms", n, budget, b, t);
+                break;
+            }
+        }
+        if (!found) fail_msg("capacity %d for %g ms is not a measured batch", n, budget);
+        if (k == 1) assert_int_equal(n, 0); /* below batch 1's own time */
+    }
+    assert_non_null(strstr(g_out, "0 concurrent real-time streams"));
+    json_decref(o);
+    assert_no_tmp_files();
+}
+
 static void test_demo(void **state) {
     run_ok("demo --backend ref --frames 1");
     const char *want[] = {"SYNTHETIC", "ms/frame", "frames/s", "real-time factor", "backend ref", "frame   0:"};
@@ -825,6 +885,7 @@ int main(void) {
         cmocka_unit_test(test_moshi_text),
         cmocka_unit_test(test_info),
         cmocka_unit_test(test_bench_json),
+        cmocka_unit_test(test_bench_capacity),
         cmocka_unit_test(test_demo),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

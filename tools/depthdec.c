@@ -687,17 +687,197 @@ done:
 
 /* ---- bench ----------------------------------------------------------------------------------------------- */
 
+/* The median ms of `frames` timed frames (after one warm-up) of `batch` streams on a decoder made for that batch:
+ * the same inputs and sampling as bench's single run. 0, or 1 with the error printed. */
+static int median_frame_ms(const dd_model *m, dd_backend b, int batch, int threads, int frames, double *med,
+                           dd_backend *used) {
+    const dd_config *c = dd_model_config(m);
+    dd_decoder *d = make_decoder(m, b, batch, threads);
+    if (!d) return 1;
+    *used = dd_decoder_backend(d);
+    size_t nh = (size_t)batch * c->input_dim;
+    float *h = malloc(nh * sizeof *h);
+    int32_t *c0 = malloc((size_t)batch * sizeof *c0), *codes = malloc((size_t)batch * c->levels * sizeof *codes);
+    int32_t *text = c->text_vocab ? malloc((size_t)batch * sizeof *text) : NULL;
+    uint64_t *seeds = malloc((size_t)batch * sizeof *seeds), *fidx = malloc((size_t)batch * sizeof *fidx);
+    double *ms = malloc((size_t)frames * sizeof *ms);
+    int rc = 0;
+    dd_error e;
+    if (!h || !c0 || !codes || !seeds || !fidx || !ms || (c->text_vocab && !text)) {
+        fprintf(stderr, "depthdec: out of memory\n");
+        rc = 1;
+    }
+    if (!rc) {
+        fill_hidden(h, nh, 7);
+        for (int i = 0; i < batch; i++) {
+            c0[i] = (int32_t)((i * 7919u) % (unsigned)c->codebook_size);
+            if (text) text[i] = (int32_t)((i * 104729u) % (unsigned)(c->text_vocab + 1));
+            seeds[i] = (uint64_t)i;
+        }
+    }
+    dd_sampling s = dd_sampling_default();
+    for (int f = -1; !rc && f < frames; f++) {
+        for (int i = 0; i < batch; i++) fidx[i] = (uint64_t)(f + 1);
+        double a = now_ms();
+        if (dd_decode_text(d, batch, h, text, c0, seeds, fidx, &s, codes, &e)) rc = fail(&e);
+        if (f >= 0) ms[f] = now_ms() - a;
+    }
+    if (!rc) {
+        qsort(ms, (size_t)frames, sizeof *ms, cmp_double);
+        *med = ms[frames / 2];
+    }
+    free(h);
+    free(c0);
+    free(text);
+    free(codes);
+    free(seeds);
+    free(fidx);
+    free(ms);
+    dd_decoder_free(d);
+    return rc;
+}
+
+/* The batch sizes measured by bench --capacity (at most 13 doublings + 12 bisection steps per budget). */
+typedef struct cap_pts {
+    int n;
+    int b[64];
+    double t[64];
+} cap_pts;
+
+/* the median frame time of batch B, measured once per batch size; 0, or 1 with the error printed */
+static int cap_measure(cap_pts *p, const dd_model *m, dd_backend b, int threads, int frames, int B, double *t,
+                       dd_backend *used) {
+    for (int q = 0; q < p->n; q++)
+        if (p->b[q] == B) {
+            *t = p->t[q];
+            return 0;
+        }
+    if (p->n == (int)(sizeof p->b / sizeof p->b[0])) {
+        fprintf(stderr, "depthdec: capacity: too many batch sizes measured\n");
+        return 1;
+    }
+    if (isatty(2)) fprintf(stderr, "\rdepthdec: capacity: batch %d ...", B);
+    if (median_frame_ms(m, b, B, threads, frames, t, used)) return 1;
+    if (isatty(2)) fprintf(stderr, "\r\033[K");
+    p->b[p->n] = B;
+    p->t[p->n++] = *t;
+    return 0;
+}
+
+/* bench --capacity: the largest batch whose median frame time stays within each budget (a stream needs a frame
+ * every 80 ms; 20 ms is the share a depth decoder may take when a backbone and a codec run too): batches double
+ * from 1 until the largest budget is exceeded or --max-batch is reached, then, per budget, a bisection between the
+ * largest batch measured within it and the smallest larger batch measured over it. Frame times are medians; noise
+ * can make them non-monotonic, so the answer is a batch measured within the budget whose bisection partner was not. */
+static int bench_capacity(const dd_model *m, dd_backend b, int threads, int frames, int max_batch,
+                          const double *budgets, int nbud, const char *mname, const char *wname, const char *js) {
+    cap_pts p = {0};
+    dd_backend used = b;
+    double bmax = 0, t;
+    for (int i = 0; i < nbud; i++) bmax = budgets[i] > bmax ? budgets[i] : bmax;
+    for (int B = 1;; B = B * 2 > max_batch ? max_batch : B * 2) {
+        if (cap_measure(&p, m, b, threads, frames, B, &t, &used)) return 1;
+        if (t > bmax || B == max_batch) break;
+    }
+    int cap[8];
+    double capt[8];
+    for (int k = 0; k < nbud; k++) {
+        int g = 0, x = 0; /* largest batch within the budget; smallest larger batch over it */
+        for (int q = 0; q < p.n; q++)
+            if (p.t[q] <= budgets[k] && p.b[q] > g) g = p.b[q];
+        for (int q = 0; q < p.n; q++)
+            if (p.b[q] > g && p.t[q] > budgets[k] && (!x || p.b[q] < x)) x = p.b[q];
+        while (g && x && x - g > 1) {
+            int mid = g + (x - g) / 2;
+            if (cap_measure(&p, m, b, threads, frames, mid, &t, &used)) return 1;
+            if (t <= budgets[k]) g = mid;
+            else x = mid;
+        }
+        cap[k] = g;
+        capt[k] = 0;
+        for (int q = 0; q < p.n; q++)
+            if (p.b[q] == g) capt[k] = p.t[q];
+    }
+    for (int i = 1; i < p.n; i++) /* the measured curve in batch order */
+        for (int j = i; j > 0 && p.b[j - 1] > p.b[j]; j--) {
+            int tb = p.b[j];
+            double tt = p.t[j];
+            p.b[j] = p.b[j - 1], p.t[j] = p.t[j - 1];
+            p.b[j - 1] = tb, p.t[j - 1] = tt;
+        }
+    printf("capacity: %s (%s weights), backend %s, median of %d frames per batch size (+1 warm-up), batches up to "
+           "%d\n", mname, wname, dd_backend_name(used), frames, max_batch);
+    for (int i = 0; i < p.n; i++)
+        printf("  batch %4d  %10.3f ms/frame  %10.1f stream-frames/s\n", p.b[i], p.t[i], p.b[i] * 1000.0 / p.t[i]);
+    for (int k = 0; k < nbud; k++) {
+        if (cap[k])
+            printf("  budget %g ms/frame: %d concurrent real-time streams (batch %d: %.3f ms/frame)%s\n", budgets[k],
+                   cap[k], cap[k], capt[k], cap[k] == max_batch ? "; the largest batch tried (--max-batch)" : "");
+        else
+            printf("  budget %g ms/frame: 0 concurrent real-time streams (batch 1: %.3f ms/frame)\n", budgets[k],
+                   p.t[0]);
+    }
+    if (!js) return 0;
+    char tmp[1100];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", js, (int)getpid());
+    FILE *fp = fopen(tmp, "w");
+    int ok = fp != NULL;
+    if (fp) {
+        ok = fprintf(fp, "{\"backend\": \"%s\", \"model\": \"%s\", \"weights\": \"%s\", \"frames\": %d, "
+                         "\"threads\": %d, \"max_batch\": %d, \"curve\": [",
+                     dd_backend_name(used), mname, wname, frames, threads, max_batch) > 0;
+        for (int i = 0; i < p.n; i++)
+            ok = fprintf(fp, "%s{\"batch\": %d, \"ms_per_frame\": %.6f}", i ? ", " : "", p.b[i], p.t[i]) > 0 && ok;
+        ok = fprintf(fp, "], \"capacity\": [") > 0 && ok;
+        for (int k = 0; k < nbud; k++)
+            ok = fprintf(fp, "%s{\"budget_ms\": %g, \"streams\": %d, \"ms_per_frame\": %.6f}", k ? ", " : "",
+                         budgets[k], cap[k], capt[k]) > 0 && ok;
+        ok = fprintf(fp, "]}\n") > 0 && ok;
+        ok = (fclose(fp) == 0) && ok;
+    }
+    if (!ok || rename(tmp, js) != 0) {
+        fprintf(stderr, "depthdec: %s: %s\n", js, strerror(errno));
+        remove(tmp);
+        return 1;
+    }
+    return 0;
+}
+
 static int cmd_bench(opts *o) {
     if (opt_flag(o, "--help")) {
         printf("usage: depthdec bench [--model M | --synthetic gpt|csm|qwen3tts|moshi] [--weights f32|f16|bf16|q8|q4] [--batch B]\n"
                "       [--frames N] [--backend B] [--threads N] [--json FILE]\n"
+               "       depthdec bench --capacity [--budget MS[,MS...]] [--max-batch N] [the model and backend options]\n"
                "Times whole frames (all passes, c0 given) of B streams; prints the median ms/frame beside the\n"
-               "floor = weight bytes per frame / read bandwidth measured in the same run.\n");
+               "floor = weight bytes per frame / read bandwidth measured in the same run.\n"
+               "--capacity: the largest batch whose median frame time stays within each budget (default 80,20 ms:\n"
+               "a stream needs a frame every 80 ms; 20 ms is a depth decoder's share beside a backbone and a codec),\n"
+               "i.e. how many concurrent real-time streams this backend serves here; batches double from 1 up to\n"
+               "--max-batch (default 512), then bisect; --frames per batch size (default 5).\n");
         return 0;
     }
     const char *model = opt_str(o, "--model"), *syn = opt_str(o, "--synthetic"), *wt = opt_str(o, "--weights"),
                *bt = opt_str(o, "--batch"), *fr = opt_str(o, "--frames"), *th = opt_str(o, "--threads"),
-               *js = opt_str(o, "--json");
+               *js = opt_str(o, "--json"), *bud = opt_str(o, "--budget"), *mb = opt_str(o, "--max-batch");
+    const int capacity = opt_flag(o, "--capacity");
+    if (!capacity && (bud || mb)) die_usage("--budget and --max-batch go with --capacity");
+    if (capacity && bt) die_usage("--capacity chooses the batches itself: no --batch");
+    double budgets[8];
+    int nbud = 0;
+    if (capacity) { /* "80,20" */
+        const char *q = bud ? bud : "80,20";
+        while (*q) {
+            char *end;
+            errno = 0;
+            double v = strtod(q, &end);
+            if (end == q || errno || !(v > 0) || v > 1e7 || (*end && *end != ','))
+                die_usage("--budget '%s': want milliseconds > 0, comma-separated (e.g. 80,20)", bud);
+            if (nbud == 8) die_usage("--budget '%s': at most 8 budgets", bud);
+            budgets[nbud++] = v;
+            q = *end ? end + 1 : end;
+        }
+    }
+    const int max_batch = mb ? (int)parse_int("--max-batch", mb, 1, 4096) : 512;
     dd_backend b = opt_backend(o);
     const char *pos[1];
     if (positionals(o, pos, 0)) die_usage("bench takes no positional arguments");
@@ -713,6 +893,12 @@ static int cmd_bench(opts *o) {
     dd_model *m;
     dd_error e;
     if (model ? dd_model_load(&m, model, &e) : dd_model_synthetic(&m, syn, w, 0, &e)) return fail(&e);
+    if (capacity) {
+        int rc = bench_capacity(m, b, threads, frames ? frames : 5, max_batch, budgets, nbud, model ? model : syn,
+                                model ? dd_dtype_name(dd_model_config(m)->weight_type) : dd_dtype_name(w), js);
+        dd_model_free(m);
+        return rc;
+    }
     const dd_config *c = dd_model_config(m);
     dd_decoder *d = make_decoder(m, b, batch, threads);
     if (!d) {
