@@ -302,9 +302,9 @@ DD_API dd_status dd_decoder_sync(dd_decoder *d, dd_error *err);
  * cuda: a large device-to-device copy, counting bytes read plus written. Allocates and frees its buffers.
  * DD_BACKEND_AUTO measures the backend auto picks; DD_EUNSUPPORTED when the backend is not built or cannot run. */
 DD_API dd_status dd_measure_read_bandwidth(dd_backend b, int threads, double *gbps, dd_error *err);
-/* The same streaming read over a buffer of `bytes` (>= 1 MiB; e.g. one pass's weights, which may fit a cache), read
- * repeatedly so that each timed repetition covers at least 1 GiB; best of 5. Host-memory backends (ref, cpu) only:
- * DD_EUNSUPPORTED for cuda. */
+/* A streaming read over a buffer of `bytes` (>= 1 MiB; e.g. one pass's weights, which may fit a cache), read
+ * repeatedly so that each timed repetition covers at least 1 GiB; best of 5. ref/cpu: host threads over host memory;
+ * cuda: every SM reading device memory through L2 (a buffer that fits L2 is served from it). */
 DD_API dd_status dd_measure_read_bandwidth_size(dd_backend b, int threads, uint64_t bytes, double *gbps,
                                                 dd_error *err);
 

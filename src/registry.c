@@ -20,6 +20,7 @@ static dd_status cpu_use_variant(dd_decoder *d, int v, dd_error *err) {
 extern const dd_backend_vt dd_cuda_backend;
 int dd_cuda_device_present(void);
 dd_status dd_cuda_copy_bandwidth(double *gbps, dd_error *err); /* (read + written bytes) / s / 1e9 */
+dd_status dd_cuda_read_bandwidth(uint64_t bytes, double *gbps, dd_error *err); /* a read of `bytes` on the device */
 dd_status dd_cuda_linear_host(const dd_linear_args *a, dd_error *err);
 dd_status dd_cuda_attend_host(const dd_attend_args *a, dd_error *err);
 dd_status dd_cuda_sample_host(const float *logits, int n, int V, float T, int K, const uint64_t *seeds,
@@ -31,8 +32,7 @@ static dd_status cuda_probe(dd_error *err) {
 }
 static dd_status cuda_bandwidth(int threads, uint64_t bytes, double *gbps, dd_error *err) {
     (void)threads;
-    if (bytes) return dd_fail(err, DD_EUNSUPPORTED, "backend cuda: read bandwidth at a given size is not measured");
-    return dd_cuda_copy_bandwidth(gbps, err);
+    return bytes ? dd_cuda_read_bandwidth(bytes, gbps, err) : dd_cuda_copy_bandwidth(gbps, err);
 }
 static dd_status cuda_linear(const dd_linear_args *a, int variant, int threads, dd_error *err) {
     (void)variant, (void)threads;

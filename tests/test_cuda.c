@@ -848,6 +848,19 @@ static void test_device_errors(void **state) {
     dd_model_free(m);
 }
 
+/* bench's second floor on the device: the read bandwidth over a buffer of a given size (one pass's working set) */
+static void test_read_bandwidth(void **state) {
+    (void)state;
+    NEED_CUDA();
+    dd_error e;
+    double small = 0, big = 0;
+    if (dd_measure_read_bandwidth_size(DD_BACKEND_CUDA, 0, (uint64_t)8 << 20, &small, &e)) fail_msg("%s", e.msg);
+    if (dd_measure_read_bandwidth_size(DD_BACKEND_CUDA, 0, (uint64_t)1 << 30, &big, &e)) fail_msg("%s", e.msg);
+    printf("  read bandwidth: 8 MiB %.0f GB/s, 1 GiB %.0f GB/s\n", small, big);
+    assert_true(isfinite(small) && small > 1.0 && isfinite(big) && big > 1.0);
+    assert_int_equal(dd_measure_read_bandwidth_size(DD_BACKEND_CUDA, 0, 1000, &small, &e), DD_EINVAL);
+}
+
 #else /* !DD_WITH_CUDA */
 
 static void test_linear(void **state) { (void)state; NEED_CUDA(); }
@@ -859,6 +872,7 @@ static void test_executors(void **state) { (void)state; NEED_CUDA(); }
 static void test_device_api(void **state) { (void)state; NEED_CUDA(); }
 static void test_device_capture(void **state) { (void)state; NEED_CUDA(); }
 static void test_device_errors(void **state) { (void)state; NEED_CUDA(); }
+static void test_read_bandwidth(void **state) { (void)state; NEED_CUDA(); }
 
 #endif
 
@@ -905,6 +919,7 @@ int main(void) {
         cmocka_unit_test_setup(test_invariance, th_reseed), cmocka_unit_test_setup(test_executors, th_reseed),
         cmocka_unit_test_setup(test_device_api, th_reseed), cmocka_unit_test_setup(test_device_capture, th_reseed),
         cmocka_unit_test_setup(test_device_errors, th_reseed), cmocka_unit_test(test_device_api_host_backends),
+        cmocka_unit_test(test_read_bandwidth),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -54,6 +54,59 @@ dd_status dd_cuda_copy_bandwidth(double *gbps, dd_error *err) {
     return st;
 }
 
+/* A streaming read of `bytes` of device memory by the whole grid, `passes` times (through L2: a buffer that fits
+ * it is served from it, as the passes of a frame re-read the same weights); XOR-folded so no load is dropped. */
+__global__ void dd_cuda_read_kernel(const uint4 *p, size_t n4, int passes, unsigned *sink) {
+    unsigned acc = 0;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (int r = 0; r < passes; r++)
+        for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += stride) {
+            const uint4 v = __ldcg(p + i);
+            acc ^= v.x ^ v.y ^ v.z ^ v.w;
+        }
+    if (acc == 0x9E3779B9u) *sink = acc; /* (almost) never: keeps the loads */
+}
+
+/* The read bandwidth over a device buffer of `bytes` (>= 1 MiB), in GB/s: every SM reads it, re-read so that a
+ * timed repetition covers >= 1 GiB, best of 5 after a warm-up (bench's second floor: one pass's working set). */
+dd_status dd_cuda_read_bandwidth(uint64_t bytes, double *gbps, dd_error *err) {
+    if (!gbps) return dd_fail(err, DD_EINVAL, "dd_cuda_read_bandwidth: gbps is NULL");
+    if (bytes < ((uint64_t)1 << 20) || bytes > ((uint64_t)1 << 40))
+        return dd_fail(err, DD_EINVAL, "bandwidth: buffer of %llu bytes outside [1 MiB, 1 TiB]", (unsigned long long)bytes);
+    if (!dd_cuda_device_present()) return dd_fail(err, DD_EUNSUPPORTED, "backend cuda: no CUDA device is available");
+    const size_t n4 = (size_t)bytes / 16, b = n4 * 16;
+    const int passes = b >= ((size_t)1 << 30) ? 1 : (int)((((size_t)1 << 30) + b - 1) / b);
+    void *a = NULL, *sink = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    dd_status st = DD_OK;
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaMalloc(&a, b) != cudaSuccess || cudaMalloc(&sink, 4) != cudaSuccess || cudaEventCreate(&e0) != cudaSuccess ||
+        cudaEventCreate(&e1) != cudaSuccess || cudaMemset(a, 0x5A, b) != cudaSuccess) {
+        st = dd_fail(err, DD_ENOMEM, "backend cuda: bandwidth: cannot allocate %.0f MB of device memory", b / 1e6);
+    } else {
+        float best = 1e30f;
+        for (int rep = 0; rep < 6 && !st; rep++) {
+            cudaEventRecord(e0);
+            dd_cuda_read_kernel<<<sms * 8, 256>>>((const uint4 *)a, n4, passes, (unsigned *)sink);
+            cudaEventRecord(e1);
+            float ms = 0;
+            if (cudaGetLastError() != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess ||
+                cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess)
+                st = dd_fail(err, DD_EUNSUPPORTED, "backend cuda: bandwidth measurement failed");
+            else if (rep >= 1 && ms < best)
+                best = ms;
+        }
+        if (!st) *gbps = (double)b * passes / (best * 1e-3) / 1e9;
+    }
+    cudaGetLastError();
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    cudaFree(a);
+    cudaFree(sink);
+    return st;
+}
+
 /* test hook: run every linear of the test entry points on the large schedule (to check both schedules agree) */
 static int g_force_big = 0;
 void dd_cuda_test_force_big(int on) { g_force_big = on != 0; }
