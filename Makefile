@@ -22,10 +22,11 @@ LIBDIR   ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 
-# src/: the library's core (model, loader, plan, registry, ref backend, sampling); src/cpu/: the cpu backend;
+# src/: the library's core (frame plan, registry, ref backend, sampling, decoder); src/model/: the model and its
+# loaders (safetensors container, native and HF configs, export, synthetic models, quantization); src/cpu/: the cpu backend;
 # src/cuda/: the cuda backend (CUDA=1 below).
-LIB_HDR  := $(wildcard src/*.h src/cpu/*.h)
-LIB_SRC  := $(wildcard src/*.c src/cpu/*.c)
+LIB_HDR  := $(wildcard src/*.h src/model/*.h src/cpu/*.h)
+LIB_SRC  := $(wildcard src/*.c src/model/*.c src/cpu/*.c)
 LIB_OBJ  := $(LIB_SRC:src/%.c=$(BUILD)/obj/%.o)
 TEST_SRC := $(wildcard tests/test_*.c)
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/%)
@@ -86,7 +87,7 @@ $(BUILD)/obj/%.o: src/%.c $(LIB_HDR) include/depthdec.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fvisibility=hidden -c $< -o $@
 
-$(BUILD)/cuobj/%.o: src/cuda/%.cu $(wildcard src/*.h src/cuda/*.cuh) include/depthdec.h
+$(BUILD)/cuobj/%.o: src/cuda/%.cu $(wildcard src/*.h src/model/*.h src/cuda/*.cuh) include/depthdec.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -Xcompiler -fvisibility=hidden -c $< -o $@
 

@@ -1,7 +1,7 @@
 """Build of the depthdec Python package.
 
 The package is one CPython extension, depthdec._ext (src/depthdec/_ext.c), statically linked with the C library
-libdepthdec.a. The library is built by the repository's own Makefile (`make lib`), so every C source (src/, src/cpu/) gets exactly the
+libdepthdec.a. The library is built by the repository's own Makefile (`make lib`), so every C source (src/, src/model/, src/cpu/) gets exactly the
 flags `make` gives it (per-file ISA flags, -DDD_WITH_* switches, -ffp-contract=off ...) and the Python build never
 drifts from the C build. CUDA is left out (CUDA=0) unless DEPTHDEC_CUDA=1: then the library is built with
 `make CUDA=1 CUDA_ARCH=$DEPTHDEC_CUDA_ARCH` (default sm_90; CUDA_HOME default /usr/local/cuda) and the extension

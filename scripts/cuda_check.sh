@@ -34,7 +34,7 @@ say "machine"
   uname -r; nproc; } 2>&1 | tee -a "$LOG"
 
 src_sha() { # what the CUDA objects are made of
-    { cat src/cuda/*.cu src/cuda/*.cuh src/backend.h src/kernels.h src/model.h src/sample.h src/util.h \
+    { cat src/cuda/*.cu src/cuda/*.cuh src/backend.h src/kernels.h src/model/model.h src/sample.h src/util.h \
         include/depthdec.h; grep -E "NVFLAGS|NVCC|CUDA_ARCH" Makefile; } | sha256sum | cut -d' ' -f1
 }
 if has build; then

@@ -5,7 +5,7 @@
 #define DD_BACKEND_H
 
 #include "depthdec.h"
-#include "model.h"
+#include "model/model.h"
 
 typedef struct dd_backend_vt {
     const char *name;

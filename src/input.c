@@ -2,7 +2,7 @@
  * a .npy header) and the Python package (python/src/depthdec, from a numpy array), so both accept and refuse the
  * same inputs. */
 #include "depthdec.h"
-#include "model.h"
+#include "model/model.h"
 #include "util.h"
 
 #include <stdio.h>

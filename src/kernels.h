@@ -9,7 +9,7 @@
 #ifndef DD_KERNELS_H
 #define DD_KERNELS_H
 
-#include "model.h"
+#include "model/model.h"
 
 enum { DD_NORM_NONE = 0, DD_NORM_LAYER = 1, DD_NORM_RMS = 2 };
 enum { DD_ACT_NONE = 0, DD_ACT_GELU = 1, DD_ACT_SWIGLU = 2 };

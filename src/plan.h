@@ -32,7 +32,7 @@
 #define DD_PLAN_H
 
 #include "kernels.h"
-#include "model.h"
+#include "model/model.h"
 
 #include <stdint.h>
 

@@ -10,8 +10,8 @@
 #include <stdint.h>
 
 #include "harness.h"
-#include "model.h"
-#include "safetensors.h"
+#include "model/model.h"
+#include "model/safetensors.h"
 
 /* ---- the base models: the synthetic models saved once per program run, [kind][weight type] ---------------- */
 

@@ -32,7 +32,7 @@
 
 #include "depthdec.h"
 #include "harness.h"
-#include "model.h"
+#include "model/model.h"
 
 static float normalish(void) { /* random inputs: the harness's generator (harness.h) */
     return (float)((rnd_unif() + rnd_unif() + rnd_unif() + rnd_unif() - 2.0) * 1.7);

@@ -1,4 +1,4 @@
-/* Tests of the native config (src/config.c, SPEC §4) on files made from the synthetic base models: every config
+/* Tests of the native config (src/model/config.c, SPEC §4) on files made from the synthetic base models: every config
  * value missing, out of range, of the wrong type or inconsistent; the config text itself broken; hostile values
  * refused before anything is sized from them (quickly, and within an address-space limit); and the config in a
  * config.json beside the file instead of __metadata__ (identical config and logits; metadata wins; broken or

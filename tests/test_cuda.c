@@ -50,7 +50,7 @@
 #include "depthdec.h"
 #include "harness.h"
 #include "kernels.h"
-#include "model.h"
+#include "model/model.h"
 #include "sample.h"
 
 #ifdef DD_WITH_CUDA

@@ -1,4 +1,4 @@
-/* Tests of HF CSM directories (src/config.c and src/model.c: transformers' CsmForConditionalGeneration layout,
+/* Tests of HF CSM directories (src/model/config.c and src/model/model.c: transformers' CsmForConditionalGeneration layout,
  * SPEC §4), generated from random bf16 weights with the HF names plus backbone / codec / text tensors to be
  * ignored: one file or sharded through model.safetensors.index.json, transformers 4 and 5 configs, the audio
  * table under either name; then missing shards, path traversal in the index, broken configs and tensors missing,

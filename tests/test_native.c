@@ -1,4 +1,4 @@
-/* Tests of native depthdec files (src/model.c: tensor names, dtypes and shapes; SPEC §4) made from the synthetic
+/* Tests of native depthdec files (src/model/model.c: tensor names, dtypes and shapes; SPEC §4) made from the synthetic
  * base models (dd_model_save), taken apart into tensor lists and re-serialized with edits (dd_st_serialize):
  * every base model loads with the stored values in its weight views and scores like the in-memory model; each
  * tensor dropped, reshaped, of the wrong dtype or wrongly quantized is refused naming the tensor; MLX affine
@@ -12,7 +12,7 @@
 #include <cmocka.h>
 
 #include "loader_util.h"
-#include "quant.h"
+#include "model/quant.h"
 #include "util.h"
 
 #include <stdio.h>

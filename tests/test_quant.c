@@ -9,9 +9,9 @@
 
 #include "depthdec.h"
 #include "harness.h"
-#include "model.h"
+#include "model/model.h"
 #include "npy.h"
-#include "quant.h"
+#include "model/quant.h"
 
 #include <math.h>
 #include <stdio.h>

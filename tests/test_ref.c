@@ -15,7 +15,7 @@
 
 #include "depthdec.h"
 #include "harness.h"
-#include "model.h"
+#include "model/model.h"
 #include "util.h"
 
 #include <math.h>

@@ -1,4 +1,4 @@
-/* Tests of the safetensors container (src/safetensors.c, SPEC §4) as the loader meets it: every container rule
+/* Tests of the safetensors container (src/model/safetensors.c, SPEC §4) as the loader meets it: every container rule
  * on hand-written headers (written byte by byte), what the container must accept (every dtype, scalars, zero-size
  * tensors, unpadded headers, MLX's misaligned data), and files that are not there or not regular files. Each
  * malformed file must fail with the right status, leave *out NULL, and name the file and the tensor or key at

@@ -15,7 +15,7 @@ OUT=${OUT:-/tmp/lat_ab}
 mode=run
 [ "${1:-}" = prebuild ] && { mode=prebuild; shift; }
 SIDES="base: ${1:-}"
-src_sha() { { cat src/cuda/*.cu src/cuda/*.cuh src/*.h include/depthdec.h; grep -E "NVFLAGS|NVCC|CUDA_ARCH" Makefile; } | sha256sum | cut -d' ' -f1; }
+src_sha() { { cat src/cuda/*.cu src/cuda/*.cuh src/*.h src/model/*.h include/depthdec.h; grep -E "NVFLAGS|NVCC|CUDA_ARCH" Makefile; } | sha256sum | cut -d' ' -f1; }
 tree_for() { # $1 side, $2 patches: a copy of the tree under $W/$1 with the patches applied
     local d=$W/$1
     rm -rf "$d"; mkdir -p "$d"

@@ -19,7 +19,7 @@ if [ ! -f /usr/include/cmocka.h ] || [ ! -f /usr/include/jansson.h ]; then
     ldconfig
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-src_sha() { { cat src/cuda/*.cu src/cuda/*.cuh src/*.h include/depthdec.h; grep -E "NVFLAGS|NVCC|CUDA_ARCH" Makefile; } | sha256sum | cut -d' ' -f1; }
+src_sha() { { cat src/cuda/*.cu src/cuda/*.cuh src/*.h src/model/*.h include/depthdec.h; grep -E "NVFLAGS|NVCC|CUDA_ARCH" Makefile; } | sha256sum | cut -d' ' -f1; }
 if has build; then
     if [ -f $B/cuobj/sources.sha ] && [ "$(cat $B/cuobj/sources.sha)" = "$(src_sha)" ]; then touch $B/cuobj/*.o; echo "reusing CUDA objects"; fi
     t0=$(date +%s)

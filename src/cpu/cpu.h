@@ -21,7 +21,7 @@
 #define DD_CPU_H
 
 #include "kernels.h"
-#include "model.h"
+#include "model/model.h"
 
 #include <stddef.h>
 #include <stdint.h>

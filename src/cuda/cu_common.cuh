@@ -39,7 +39,7 @@ extern "C" {
 #include "backend.h"
 #include "depthdec.h"
 #include "kernels.h"
-#include "model.h"
+#include "model/model.h"
 #include "sample.h"
 #include "util.h"
 }
