@@ -252,11 +252,13 @@ static void test_moshi_tiny(void **st) {
 
 /* Kyutai's own checkpoint (the moshi package's LMModel state dict, whole tiny LM in one file; config.json beside it
  * with the kwargs shapes cannot tell): the newer per-step names (in_projs.{p}) and the older stacked ones
- * (in_proj_weight, out_proj.weight); references from the package's own depformer forward (float64) */
+ * (in_proj_weight, out_proj.weight), and converted to the native layout; references from the package's own
+ * depformer forward (float64) */
 static void test_kyutai_tiny(void **st) {
     (void)st;
     check_fixture(FX "kyutai_tiny/model.safetensors", "kyutai_tiny");
     check_fixture(FX "kyutai_tiny_legacy/model.safetensors", "kyutai_tiny");
+    check_native_copy(FX "kyutai_tiny/model.safetensors", "kyutai_tiny", DD_F32); /* converted to the native layout */
 }
 
 /* Kyutai checkpoints refused with the file and key or tensor named: no config.json beside (the defaults of Moshi 7B:

@@ -723,8 +723,14 @@ static dd_status check_types(loader *L, int family, dd_error *err) {
     char pre[96];
     snprintf(pre, sizeof pre, "%s", family == DD_FAMILY_CSM ? "depth_decoder.model.layers." : "layers.");
     if (family == DD_FAMILY_QWEN3) snprintf(pre, sizeof pre, "%smodel.layers.", m->prefix);
-    if (family == DD_FAMILY_MOSHI) snprintf(pre, sizeof pre, "%slayers.", m->prefix);
-    const char *const *nm = family == DD_FAMILY_NATIVE ? nat : family == DD_FAMILY_MOSHI ? moshi : hf;
+    static const char *const kyutai[7] = {"self_attn.in_projs.P", "self_attn.in_projs.P",
+                                          "self_attn.in_projs.P", "self_attn.out_projs.P",
+                                          "gating.P.linear_in",   "gating.P.linear_in",
+                                          "gating.P.linear_out"};
+    if (family == DD_FAMILY_MOSHI) snprintf(pre, sizeof pre, "%s%slayers.", m->kyutai ? "depformer." : "", m->prefix);
+    const char *const *nm = family == DD_FAMILY_NATIVE ? nat
+                            : family == DD_FAMILY_MOSHI ? (m->kyutai ? kyutai : moshi)
+                                                        : hf;
     for (int li = 0; li < c->layers * m->nslices; li++) { /* every position's slice too */
         const dd_layer *l = &m->layer[li];
         const int i = li % c->layers;
