@@ -250,6 +250,51 @@ static void test_moshi_tiny(void **st) {
     check_fixture(FX "moshi_q12", "moshi_q12");
 }
 
+/* Kyutai's own checkpoint (the moshi package's LMModel state dict, whole tiny LM in one file; config.json beside it
+ * with the kwargs shapes cannot tell): the newer per-step names (in_projs.{p}) and the older stacked ones
+ * (in_proj_weight, out_proj.weight), and converted to the native layout; references from the package's own
+ * depformer forward (float64) */
+static void test_kyutai_tiny(void **st) {
+    (void)st;
+    check_fixture(FX "kyutai_tiny/model.safetensors", "kyutai_tiny");
+    check_fixture(FX "kyutai_tiny_legacy/model.safetensors", "kyutai_tiny");
+    check_native_copy(FX "kyutai_tiny/model.safetensors", "kyutai_tiny", DD_F32); /* converted to the native layout */
+}
+
+/* Kyutai checkpoints refused with the file and key or tensor named: no config.json beside (the defaults of Moshi 7B:
+ * 16 heads do not divide the tiny width 32), config keys depthdec does not run */
+static void kyutai_refused(const char *cfg, const char *want) {
+    char p[256];
+    size_t n;
+    uint8_t *b = th_slurp(FX "kyutai_tiny/model.safetensors", &n);
+    TH_PATH(p, "model.safetensors");
+    th_write_bytes(p, b, n);
+    free(b);
+    char cp[256];
+    TH_PATH(cp, "config.json");
+    if (cfg) th_write_bytes(cp, cfg, strlen(cfg));
+    else remove(cp);
+    dd_model *m = NULL;
+    dd_error e;
+    assert_int_not_equal(dd_model_load(&m, p, &e), DD_OK);
+    assert_null(m);
+    printf("  refused: %s\n", e.msg);
+    assert_non_null(strstr(e.msg, want));
+}
+
+static void test_kyutai_bad(void **st) {
+    (void)st;
+    assert_int_equal(th_tmpdir("kyutai"), 0);
+    kyutai_refused(NULL, "depformer_num_heads");
+    kyutai_refused("{\"depformer_num_heads\": 4, \"norm\": \"rms_norm\", \"depformer_pos_emb\": \"sin\"}",
+                   "depformer_pos_emb");
+    kyutai_refused("{\"depformer_num_heads\": 4, \"norm\": \"layer_norm\"}", "config.json: norm");
+    kyutai_refused("{\"depformer_num_heads\": 3, \"norm\": \"rms_norm\"}", "depformer_num_heads 3");
+    kyutai_refused("{\"depformer_num_heads\": 4, \"depformer_weights_per_step_schedule\": [0, 0, 1, 1, 2, 2]}",
+                   "schedule");
+    assert_int_equal(th_rm_rf(th_dir), 0);
+}
+
 /* The fixture file `src` copied into th_dir as `name`; `text` (NUL-terminated) written there instead when not NULL */
 static void put_file(const char *src, const char *name, const char *text) {
     char p[256];
@@ -334,6 +379,8 @@ int main(void) {
         cmocka_unit_test(test_moshi_tiny),
         cmocka_unit_test(test_moshi_native),
         cmocka_unit_test(test_moshi_bad_dirs),
+        cmocka_unit_test(test_kyutai_tiny),
+        cmocka_unit_test(test_kyutai_bad),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -304,6 +304,8 @@ dd_status dd_config_parse_moshi(const char *src, const json_t *o, dd_config *c, 
     return check_config(src, c, err);
 }
 
+dd_status dd_config_check(const char *src, dd_config *c, dd_error *err) { return check_config(src, c, err); }
+
 const char *dd_family_name(int family) {
     static const char *const names[] = {"native", "csm", "qwen3", "moshi"};
     return family >= 0 && family <= DD_FAMILY_MOSHI ? names[family] : "?";

@@ -15,6 +15,8 @@ dd_status dd_config_parse_qwen3(const char *src, const json_t *o, dd_config *c, 
  * depformer's dims under depth_decoder_config, tensors under "depth_decoder.") or "moshi_depth" (MoshiDepthDecoder
  * saved alone, tensors unprefixed); *prefix gets the tensor-name prefix. */
 dd_status dd_config_parse_moshi(const char *src, const json_t *o, dd_config *c, const char **prefix, dd_error *err);
+/* The consistency checks every parser ends with (a config built from tensor shapes: Kyutai's checkpoints) */
+dd_status dd_config_check(const char *src, dd_config *c, dd_error *err);
 /* The family's name for `info` ("native", "csm", "qwen3", "moshi") */
 const char *dd_family_name(int family);
 /* DD_FAMILY_CSM / DD_FAMILY_QWEN3 / DD_FAMILY_MOSHI by model_type, else DD_FAMILY_NATIVE (not an HF family this loader knows). */

@@ -723,8 +723,14 @@ static dd_status check_types(loader *L, int family, dd_error *err) {
     char pre[96];
     snprintf(pre, sizeof pre, "%s", family == DD_FAMILY_CSM ? "depth_decoder.model.layers." : "layers.");
     if (family == DD_FAMILY_QWEN3) snprintf(pre, sizeof pre, "%smodel.layers.", m->prefix);
-    if (family == DD_FAMILY_MOSHI) snprintf(pre, sizeof pre, "%slayers.", m->prefix);
-    const char *const *nm = family == DD_FAMILY_NATIVE ? nat : family == DD_FAMILY_MOSHI ? moshi : hf;
+    static const char *const kyutai[7] = {"self_attn.in_projs.P", "self_attn.in_projs.P",
+                                          "self_attn.in_projs.P", "self_attn.out_projs.P",
+                                          "gating.P.linear_in",   "gating.P.linear_in",
+                                          "gating.P.linear_out"};
+    if (family == DD_FAMILY_MOSHI) snprintf(pre, sizeof pre, "%s%slayers.", m->kyutai ? "depformer." : "", m->prefix);
+    const char *const *nm = family == DD_FAMILY_NATIVE ? nat
+                            : family == DD_FAMILY_MOSHI ? (m->kyutai ? kyutai : moshi)
+                                                        : hf;
     for (int li = 0; li < c->layers * m->nslices; li++) { /* every position's slice too */
         const dd_layer *l = &m->layer[li];
         const int i = li % c->layers;
@@ -902,6 +908,288 @@ static dd_status open_native(dd_model *m, const char *path, dd_error *err) {
     return s;
 }
 
+/* ---- Kyutai's own checkpoints (the moshi package: kyutai-labs/moshi, e.g. kyutai/moshiko-pytorch-bf16) ---------
+ * The whole LM's state dict in one safetensors file; only the depformer's tensors are read (docs/formats.md):
+ *   depformer_in.{p}.weight [D, I] (one per position: depformer_multi_linear; a single one is shared by all),
+ *   depformer_text_emb.weight [TV+1, D], depformer_emb.{j}.weight [V+1, D] (j < Q-1), linears.{p}.weight [V, D],
+ *   depformer.layers.{i}.norm1.alpha / norm2.alpha [1, 1, D] (RMSNorm),
+ *   depformer.layers.{i}.self_attn.in_projs.{p}.weight [D + 2*kv, D] (rows q, k, v) and out_projs.{p}.weight [D, D],
+ *     or the older stacked in_proj_weight [Q*(D + 2*kv), D] and out_proj.weight [Q*D, D] (what the package's load
+ *     hook splits the same way),
+ *   depformer.layers.{i}.gating.{p}.linear_in.weight [2F, D] (rows: the SiLU half, then the multiplied half) and
+ *     linear_out.weight [D, F].
+ * Q, V, TV, I, D, F, kv width and layers come from these shapes. What shapes cannot tell comes from Kyutai's
+ * config.json beside the file when there is one (the LMModel kwargs), else from the moshi package's defaults for
+ * Moshi 7B (loaders.py _lm_kwargs, used by the package itself when a repository has no config.json):
+ * depformer_num_heads (16), norm ("rms_norm_f32": eps 1e-8; "rms_norm": 1e-5), depformer_pos_emb ("none"),
+ * depformer_gating ("silu"), no depformer_weights_per_step_schedule. Anything else is refused by name. */
+
+/* Is `path` a safetensors file of Kyutai's (depformer_text_emb.weight, no depthdec config)? */
+static int kyutai_file(const char *path) {
+    dd_st_file f;
+    if (dd_st_open(&f, path, NULL)) return 0;
+    int k = dd_st_find(&f, "depformer_text_emb.weight") && !dd_st_meta(&f, "depthdec.config");
+    dd_st_close(&f);
+    return k;
+}
+
+static dd_status kyutai_shape(loader *L, const char *name, int nd, int64_t *dims, dd_error *err) {
+    const dd_st_tensor *t = find(L, name, NULL);
+    if (!t) return dd_fail(err, DD_EMODEL, "%s: missing tensor '%s' (Kyutai moshi checkpoint)", L->label, name);
+    if (t->ndim != nd) return dd_fail(err, DD_EMODEL, "%s: tensor '%s': %d dims, expected %d", L->label, name, t->ndim, nd);
+    for (int i = 0; i < nd; i++) dims[i] = t->shape[i];
+    return DD_OK;
+}
+
+static dd_status kyutai_hint_str(const char *src, const json_t *cj, const char *key, const char *dflt, const char **out,
+                                 dd_error *err) {
+    const json_t *v = cj ? json_object_get(cj, key) : NULL;
+    *out = dflt;
+    if (!v || json_is_null(v)) return DD_OK;
+    if (!json_is_string(v)) return dd_fail(err, DD_EMODEL, "%s: \"%s\" is not a string", src, key);
+    *out = json_string_value(v);
+    return DD_OK;
+}
+
+static dd_status open_kyutai(dd_model *m, const char *path, dd_error *err) {
+    dd_status s = add_map(m, path, err);
+    if (s) return s;
+    loader L = {.m = m, .label = path};
+    dd_config *c = &m->cfg;
+    memset(c, 0, sizeof *c);
+    /* the hints: config.json beside the file (Kyutai's keys), when it is Kyutai's (transformers' has
+     * depth_decoder_config) */
+    char src[1200];
+    const char *slash = strrchr(path, '/');
+    int dl = slash ? (int)(slash - path) : 1;
+    snprintf(src, sizeof src, "%.*s/config.json", dl, slash ? path : ".");
+    json_t *cj = NULL;
+    if (is_file(src)) {
+        cj = load_json(src, &s, err);
+        if (!cj) return s;
+        if (!json_is_object(cj) || json_object_get(cj, "depth_decoder_config")) {
+            json_decref(cj);
+            cj = NULL;
+        }
+    }
+    int heads = 16;
+    const char *norm, *pos, *gating;
+    const json_t *hv = cj ? json_object_get(cj, "depformer_num_heads") : NULL;
+    if (hv && !json_is_null(hv)) {
+        if (!json_is_integer(hv) || json_integer_value(hv) < 1 || json_integer_value(hv) > DD_MAX_HEADS) {
+            json_decref(cj);
+            return dd_fail(err, DD_EMODEL, "%s: \"depformer_num_heads\" must be an integer in [1, %d]", src,
+                           DD_MAX_HEADS);
+        }
+        heads = (int)json_integer_value(hv);
+    }
+    const json_t *sched = cj ? json_object_get(cj, "depformer_weights_per_step_schedule") : NULL;
+    const json_t *dn = cj ? json_object_get(cj, "depformer_norm") : NULL;
+    const json_t *lr = cj ? json_object_get(cj, "depformer_low_rank_embeddings") : NULL;
+    if ((s = kyutai_hint_str(src, cj, "norm", "rms_norm_f32", &norm, err)) ||
+        (s = kyutai_hint_str(src, cj, "depformer_pos_emb", "none", &pos, err)) ||
+        (s = kyutai_hint_str(src, cj, "depformer_gating", "silu", &gating, err)))
+        goto out;
+    if (strcmp(norm, "rms_norm_f32") == 0) c->norm_eps = 1e-8f;
+    else if (strcmp(norm, "rms_norm") == 0) c->norm_eps = 1e-5f;
+    else s = dd_fail(err, DD_EUNSUPPORTED, "%s: norm \"%s\": only rms_norm and rms_norm_f32 are supported", src, norm);
+    if (!s && strcmp(pos, "none") != 0)
+        s = dd_fail(err, DD_EUNSUPPORTED, "%s: depformer_pos_emb \"%s\": only \"none\" is supported", src, pos);
+    if (!s && strcmp(gating, "silu") != 0)
+        s = dd_fail(err, DD_EUNSUPPORTED, "%s: depformer_gating \"%s\": only \"silu\" is supported", src, gating);
+    if (!s && sched && !json_is_null(sched))
+        s = dd_fail(err, DD_EUNSUPPORTED, "%s: depformer_weights_per_step_schedule is not supported", src);
+    if (!s && dn && !json_is_null(dn))
+        s = dd_fail(err, DD_EUNSUPPORTED, "%s: depformer_norm is not supported", src);
+    if (!s && lr && !json_is_null(lr))
+        s = dd_fail(err, DD_EUNSUPPORTED, "%s: depformer_low_rank_embeddings is not supported", src);
+    if (s) goto out;
+    /* shapes */
+    int64_t d2[2], d3[3];
+    char nm[256];
+    int Q = 0, L_ = 0;
+    while (Q <= DD_MAX_LEVELS && (snprintf(nm, sizeof nm, "linears.%d.weight", Q), find(&L, nm, NULL))) Q++;
+    while (L_ <= DD_MAX_LAYERS && (snprintf(nm, sizeof nm, "depformer.layers.%d.norm1.alpha", L_), find(&L, nm, NULL)))
+        L_++;
+    if (Q < 2 || Q > DD_MAX_LEVELS) {
+        s = dd_fail(err, DD_EMODEL, "%s: %d heads linears.{k}.weight (want 2..%d)", path, Q, DD_MAX_LEVELS);
+        goto out;
+    }
+    if (L_ < 1 || L_ > DD_MAX_LAYERS) {
+        s = dd_fail(err, DD_EMODEL, "%s: %d depformer layers (tensor 'depformer.layers.%d.norm1.alpha'; want 1..%d)",
+                    path, L_, L_ < 1 ? 0 : L_, DD_MAX_LAYERS);
+        goto out;
+    }
+    static const char *const refused[] = {"depformer_norms.0.alpha", "depformer_norms.0.weight", "linears.0.bias",
+                                          "depformer.layers.0.layer_scale_1.scale", "depformer.layers.0.norm1.weight",
+                                          "depformer.layers.0.linear1.weight", "depformer_text_emb.low_rank.weight",
+                                          "depformer_emb.0.low_rank.weight", "depformer.layers.0.norm_cross.weight"};
+    for (size_t k = 0; k < sizeof refused / sizeof *refused; k++)
+        if (find(&L, refused[k], NULL)) {
+            s = dd_fail(err, DD_EUNSUPPORTED, "%s: tensor '%s': not supported in a Kyutai depformer", path, refused[k]);
+            goto out;
+        }
+    if ((s = kyutai_shape(&L, "linears.0.weight", 2, d2, err))) goto out;
+    c->codebook_size = (int)d2[0];
+    c->dim = (int)d2[1];
+    if ((s = kyutai_shape(&L, "depformer_text_emb.weight", 2, d2, err))) goto out;
+    c->text_vocab = (int)d2[0] - 1;
+    if ((s = kyutai_shape(&L, "depformer_in.0.weight", 2, d2, err))) goto out;
+    c->input_dim = (int)d2[1];
+    int64_t R;
+    if (find(&L, "depformer.layers.0.self_attn.in_proj_weight", NULL)) {
+        if ((s = kyutai_shape(&L, "depformer.layers.0.self_attn.in_proj_weight", 2, d2, err))) goto out;
+        R = d2[0] / Q;
+    } else {
+        if ((s = kyutai_shape(&L, "depformer.layers.0.self_attn.in_projs.0.weight", 2, d2, err))) goto out;
+        R = d2[0];
+    }
+    if ((s = kyutai_shape(&L, "depformer.layers.0.gating.0.linear_out.weight", 2, d2, err))) goto out;
+    int64_t F = d2[1];
+    (void)d3;
+    int64_t D = c->dim;
+    if (c->codebook_size < 1 || c->codebook_size > DD_MAX_VOCAB - 1 || D < 1 || D > DD_MAX_DIM ||
+        c->text_vocab < 1 || c->text_vocab > DD_MAX_TEXT_VOCAB || c->input_dim < 1 || c->input_dim > DD_MAX_DIM ||
+        F < 1 || F > DD_MAX_FFN) {
+        s = dd_fail(err, DD_EMODEL, "%s: dims out of range (V %d, D %lld, text %d, input %d, ffn %lld)", path,
+                    c->codebook_size, (long long)D, c->text_vocab, c->input_dim, (long long)F);
+        goto out;
+    }
+    /* the defaults stand in only for Moshi 7B's depformer (kyutai/moshiko|moshika-pytorch-*, whose repositories hold
+     * no config.json): other dims without config.json could load with the wrong head count and still fit */
+    if (!cj && !(D == 1024 && Q == 8 && L_ == 6 && c->input_dim == 4096 && F == 2816)) {
+        s = dd_fail(err, DD_EMODEL,
+                    "%s: not Moshi 7B's depformer dims (D %lld, Q %d, layers %d, input %d, ffn %lld) and no Kyutai "
+                    "config.json beside it: give one with \"depformer_num_heads\" and \"norm\" (the LMModel kwargs)",
+                    path, (long long)D, Q, L_, c->input_dim, (long long)F);
+        goto out;
+    }
+    if (D % heads) {
+        s = dd_fail(err, DD_EMODEL, "%s: depformer width %lld not divisible by depformer_num_heads %d%s", path,
+                    (long long)D, heads, cj ? "" : " (the default; give config.json with \"depformer_num_heads\")");
+        goto out;
+    }
+    int64_t HD = D / heads, kvw = (R - D) / 2;
+    if (R <= D || (R - D) % 2 || kvw % HD || heads % (kvw / HD)) {
+        s = dd_fail(err, DD_EMODEL, "%s: attention in_proj of %lld rows per position: not q [%lld] + k + v of "
+                    "whole heads of %lld", path, (long long)R, (long long)D, (long long)HD);
+        goto out;
+    }
+    c->levels = Q;
+    c->layers = L_;
+    c->heads = heads;
+    c->kv_heads = (int)(kvw / HD);
+    c->head_dim = (int)HD;
+    c->ffn_dim = (int)F;
+    c->block = DD_BLOCK_LLAMA;
+    c->per_position = 1;
+    m->kyutai = 1;
+    m->prefix = "";
+    s = dd_config_check(path, c, err);
+out:
+    json_decref(cj);
+    return s;
+}
+
+static dd_status load_alpha(loader *L, const char *name, int64_t D, float **out, dd_error *err) {
+    const char *file;
+    const dd_st_tensor *t = find(L, name, &file);
+    if (!t) return dd_fail(err, DD_EMODEL, "%s: missing tensor '%s'", L->label, name);
+    dd_dtype ty;
+    if (!dense_type(t->dtype, &ty))
+        return dd_fail(err, DD_EMODEL, "%s: tensor '%s': dtype %s (want F32, F16 or BF16)", file, name,
+                       dd_st_dtype_name(t->dtype));
+    dd_status s = want_shape(L, file, t, 3, (int64_t[]){1, 1, D}, err);
+    if (s) return s;
+    float *v = dd_model_own(L->m, malloc((size_t)D * sizeof(float)));
+    if (!v) return dd_fail(err, DD_ENOMEM, "%s: out of memory for tensor '%s'", L->label, name);
+    dd_weight w = {.type = ty, .rows = 1, .cols = D, .data = t->data, .row_bytes = (size_t)D * dd_dtype_size(ty)};
+    dd_weight_row_f32(&w, 0, v);
+    L->used++;
+    *out = v;
+    return DD_OK;
+}
+
+static dd_status load_kyutai_tensors(loader *L, dd_error *err) {
+    dd_model *m = L->m;
+    const dd_config *c = &m->cfg;
+    const int64_t D = c->dim, V = c->codebook_size, Q = c->levels, H = c->heads, KV = c->kv_heads, HD = c->head_dim,
+                  F = c->ffn_dim, I = c->input_dim, R = (H + 2 * KV) * HD;
+    dd_status s;
+    char n1[256], n2[256];
+    dd_weight tw[DD_MAX_LEVELS];
+    char tn[DD_MAX_LEVELS][256];
+    for (int j = 0; j < Q - 1; j++) {
+        snprintf(tn[j], sizeof tn[j], "depformer_emb.%d.weight", j);
+        if ((s = load_mat(L, tn[j], 0, V + 1, D, 1, &tw[j], err))) return s;
+    }
+    if ((s = stack_rows(L, "code tables", tn, tw, V + 1, (int)Q - 1, &m->embed, err))) return s;
+    if ((s = load_mat(L, "depformer_text_emb.weight", 0, c->text_vocab + 1, D, 1, &m->text_embed, err))) return s;
+    /* depformer_in: one per position, or one shared (not multi-linear) */
+    int shared = !find(L, "depformer_in.1.weight", NULL);
+    for (int p = 0; p < Q; p++) {
+        snprintf(tn[p], sizeof tn[p], "depformer_in.%d.weight", shared ? 0 : p);
+        if (shared && p) tw[p] = tw[0];
+        else if ((s = load_mat(L, tn[p], 0, D, I, 1, &tw[p], err))) return s;
+    }
+    snprintf(n1, sizeof n1, "depformer_in.%d.weight", (int)Q);
+    if (find(L, n1, NULL))
+        return dd_fail(err, DD_EMODEL, "%s: tensor '%s': more depformer_in than the %d heads", L->label, n1, (int)Q);
+    if ((s = stack_rows(L, "input projections", tn, tw, D, (int)Q, &m->in_proj, err))) return s;
+    for (int p = 0; p < Q; p++) {
+        snprintf(tn[p], sizeof tn[p], "linears.%d.weight", p);
+        if ((s = load_mat(L, tn[p], 0, V, D, 1, &tw[p], err))) return s;
+    }
+    if ((s = stack_rows(L, "heads", tn, tw, V, (int)Q, &m->heads, err))) return s;
+    for (int i = 0; i < c->layers; i++) {
+        float *w1, *w2;
+        snprintf(n1, sizeof n1, "depformer.layers.%d.norm1.alpha", i);
+        snprintf(n2, sizeof n2, "depformer.layers.%d.norm2.alpha", i);
+        if ((s = load_alpha(L, n1, D, &w1, err)) || (s = load_alpha(L, n2, D, &w2, err))) return s;
+        dd_weight qkv = {0}, out = {0};
+        snprintf(n1, sizeof n1, "depformer.layers.%d.self_attn.in_proj_weight", i);
+        int stacked = find(L, n1, NULL) != NULL;
+        if (stacked) {
+            snprintf(n2, sizeof n2, "depformer.layers.%d.self_attn.out_proj.weight", i);
+            if ((s = load_mat(L, n1, 0, Q * R, D, 1, &qkv, err)) || (s = load_mat(L, n2, 0, Q * D, D, 1, &out, err)))
+                return s;
+        }
+        for (int64_t p = 0; p < Q; p++) {
+            dd_layer *l = &m->layer[p * c->layers + i];
+            l->norm1_w = w1;
+            l->norm2_w = w2;
+            dd_weight wi, wo, gi, go;
+            if (stacked) {
+                wi = dd_weight_rows(&qkv, p * R, R);
+                wo = dd_weight_rows(&out, p * D, D);
+            } else {
+                snprintf(n1, sizeof n1, "depformer.layers.%d.self_attn.in_projs.%d.weight", i, (int)p);
+                snprintf(n2, sizeof n2, "depformer.layers.%d.self_attn.out_projs.%d.weight", i, (int)p);
+                if ((s = load_mat(L, n1, 0, R, D, 1, &wi, err)) || (s = load_mat(L, n2, 0, D, H * HD, 1, &wo, err)))
+                    return s;
+            }
+            snprintf(n1, sizeof n1, "depformer.layers.%d.gating.%d.linear_in.weight", i, (int)p);
+            snprintf(n2, sizeof n2, "depformer.layers.%d.gating.%d.linear_out.weight", i, (int)p);
+            if ((s = load_mat(L, n1, 0, 2 * F, D, 1, &gi, err)) || (s = load_mat(L, n2, 0, D, F, 1, &go, err)))
+                return s;
+            l->wq = dd_weight_rows(&wi, 0, H * HD);
+            l->wk = dd_weight_rows(&wi, H * HD, KV * HD);
+            l->wv = dd_weight_rows(&wi, H * HD + KV * HD, KV * HD);
+            l->wo = wo;
+            l->fc1 = dd_weight_rows(&gi, 0, F);
+            l->up = dd_weight_rows(&gi, F, F);
+            l->fc2 = go;
+        }
+        if (!stacked) { /* a schedule would share fewer sets than positions: more sets than positions is refused */
+            snprintf(n1, sizeof n1, "depformer.layers.%d.self_attn.in_projs.%d.weight", i, (int)Q);
+            if (find(L, n1, NULL))
+                return dd_fail(err, DD_EMODEL, "%s: tensor '%s': more weight sets than the %d positions", L->label, n1,
+                               (int)Q);
+        }
+    }
+    return DD_OK;
+}
+
 /* Resolve tensors of an opened model (maps + cfg set). Shared with the in-memory synthetic models. */
 dd_status dd_model_load_from_maps(dd_model *m, const char *label, int family, dd_error *err) {
     loader L = {.m = m, .label = label};
@@ -913,7 +1201,7 @@ dd_status dd_model_load_from_maps(dd_model *m, const char *label, int family, dd
     if (!m->layer) return dd_fail(err, DD_ENOMEM, "%s: out of memory", label);
     dd_status s = family == DD_FAMILY_CSM     ? load_csm_tensors(&L, err)
                   : family == DD_FAMILY_QWEN3 ? load_qwen3_tensors(&L, err)
-                  : family == DD_FAMILY_MOSHI ? load_moshi_tensors(&L, err)
+                  : family == DD_FAMILY_MOSHI ? (m->kyutai ? load_kyutai_tensors(&L, err) : load_moshi_tensors(&L, err))
                                               : load_native_tensors(&L, err);
     if (!s) s = check_types(&L, family, err);
     if (!s && m->cfg.has_rope) s = rope_init(&L, err);
@@ -951,6 +1239,16 @@ dd_status dd_model_load(dd_model **out, const char *path, dd_error *err) {
     snprintf(m->source, sizeof m->source, "%s", path);
     char dir[1100];
     int csm = is_dir(path);
+    if (!csm && is_file(path) && kyutai_file(path)) { /* Kyutai's own checkpoint: only the depformer is read */
+        dd_status s = open_kyutai(m, path, err);
+        if (!s) s = dd_model_load_from_maps(m, path, DD_FAMILY_MOSHI, err);
+        if (s) {
+            dd_model_free(m);
+            return s;
+        }
+        *out = m;
+        return DD_OK;
+    }
     if (!csm && csm_dir_of_file(path, dir, sizeof dir)) {
         csm = 1;
         path = dir;
