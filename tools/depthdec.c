@@ -687,23 +687,18 @@ done:
 
 /* ---- bench ----------------------------------------------------------------------------------------------- */
 
-/* The median ms of `frames` timed frames (after one warm-up) of `batch` streams on a decoder made for that batch:
- * the same inputs and sampling as bench's single run. 0, or 1 with the error printed. */
-static int median_frame_ms(const dd_model *m, dd_backend b, int batch, int threads, int frames, double *med,
-                           dd_backend *used) {
+/* Times one warm-up frame and then `frames` frames of `batch` streams on decoder d (c0 given, fixed hidden states,
+ * seeds and frame indices, default sampling): ms[0 .. frames) sorted ascending. 0, or 1 with the error printed. */
+static int time_frames(const dd_model *m, dd_decoder *d, int batch, int frames, int progress, double *ms) {
     const dd_config *c = dd_model_config(m);
-    dd_decoder *d = make_decoder(m, b, batch, threads);
-    if (!d) return 1;
-    *used = dd_decoder_backend(d);
     size_t nh = (size_t)batch * c->input_dim;
     float *h = malloc(nh * sizeof *h);
     int32_t *c0 = malloc((size_t)batch * sizeof *c0), *codes = malloc((size_t)batch * c->levels * sizeof *codes);
-    int32_t *text = c->text_vocab ? malloc((size_t)batch * sizeof *text) : NULL;
+    int32_t *text = c->text_vocab ? malloc((size_t)batch * sizeof *text) : NULL; /* Moshi: a text token per stream */
     uint64_t *seeds = malloc((size_t)batch * sizeof *seeds), *fidx = malloc((size_t)batch * sizeof *fidx);
-    double *ms = malloc((size_t)frames * sizeof *ms);
     int rc = 0;
     dd_error e;
-    if (!h || !c0 || !codes || !seeds || !fidx || !ms || (c->text_vocab && !text)) {
+    if (!h || !c0 || !codes || !seeds || !fidx || (c->text_vocab && !text)) {
         fprintf(stderr, "depthdec: out of memory\n");
         rc = 1;
     }
@@ -716,22 +711,34 @@ static int median_frame_ms(const dd_model *m, dd_backend b, int batch, int threa
         }
     }
     dd_sampling s = dd_sampling_default();
+    double t0 = now_ms();
     for (int f = -1; !rc && f < frames; f++) {
+        if (progress && f >= 0) progress_line(t0, "bench", f, frames, "frames");
         for (int i = 0; i < batch; i++) fidx[i] = (uint64_t)(f + 1);
         double a = now_ms();
         if (dd_decode_text(d, batch, h, text, c0, seeds, fidx, &s, codes, &e)) rc = fail(&e);
         if (f >= 0) ms[f] = now_ms() - a;
     }
-    if (!rc) {
-        qsort(ms, (size_t)frames, sizeof *ms, cmp_double);
-        *med = ms[frames / 2];
-    }
+    if (progress) progress_end();
+    if (!rc) qsort(ms, (size_t)frames, sizeof *ms, cmp_double);
     free(h);
     free(c0);
     free(text);
     free(codes);
     free(seeds);
     free(fidx);
+    return rc;
+}
+
+/* The median ms of `frames` timed frames of `batch` streams on a decoder made for that batch. */
+static int median_frame_ms(const dd_model *m, dd_backend b, int batch, int threads, int frames, double *med,
+                           dd_backend *used) {
+    dd_decoder *d = make_decoder(m, b, batch, threads);
+    if (!d) return 1;
+    *used = dd_decoder_backend(d);
+    double *ms = malloc((size_t)frames * sizeof *ms);
+    int rc = ms ? time_frames(m, d, batch, frames, 0, ms) : (fprintf(stderr, "depthdec: out of memory\n"), 1);
+    if (!rc) *med = ms[frames / 2];
     free(ms);
     dd_decoder_free(d);
     return rc;
@@ -907,34 +914,8 @@ static int cmd_bench(opts *o) {
     }
     dd_backend used = dd_decoder_backend(d);
     if (!frames) frames = dd_backend_info_get(used)->demo_frames;
-    size_t nh = (size_t)batch * c->input_dim;
-    float *h = malloc(nh * sizeof *h);
-    int32_t *c0 = malloc((size_t)batch * sizeof *c0), *codes = malloc((size_t)batch * c->levels * sizeof *codes);
-    int32_t *text = c->text_vocab ? malloc((size_t)batch * sizeof *text) : NULL; /* Moshi: a text token per stream */
-    uint64_t *seeds = malloc((size_t)batch * sizeof *seeds), *fidx = malloc((size_t)batch * sizeof *fidx);
     double *ms = malloc((size_t)frames * sizeof *ms);
-    int rc = 0;
-    if (!h || !c0 || !codes || !seeds || !fidx || !ms || (c->text_vocab && !text)) {
-        fprintf(stderr, "depthdec: out of memory\n");
-        rc = 1;
-    }
-    fill_hidden(h, nh, 7);
-    dd_sampling s = dd_sampling_default();
-    for (int i = 0; !rc && i < batch; i++) {
-        c0[i] = (int32_t)((i * 7919u) % (unsigned)c->codebook_size);
-        if (text) text[i] = (int32_t)((i * 104729u) % (unsigned)(c->text_vocab + 1));
-        seeds[i] = (uint64_t)i;
-    }
-    /* one warm-up frame, then `frames` timed frames */
-    double t0 = now_ms();
-    for (int f = -1; !rc && f < frames; f++) {
-        if (f >= 0) progress_line(t0, "bench", f, frames, "frames");
-        for (int i = 0; i < batch; i++) fidx[i] = (uint64_t)(f + 1);
-        double a = now_ms();
-        if (dd_decode_text(d, batch, h, text, c0, seeds, fidx, &s, codes, &e)) rc = fail(&e);
-        if (f >= 0) ms[f] = now_ms() - a;
-    }
-    progress_end();
+    int rc = ms ? time_frames(m, d, batch, frames, 1, ms) : (fprintf(stderr, "depthdec: out of memory\n"), 1);
     double gbps = 0, ws_gbps = 0;
     /* each of the Q-1 passes reads (about) the same matrices: one pass's share is the working set a cache would
      * have to hold for the later passes of a frame to be served from it; measured where the backend can */
@@ -947,7 +928,6 @@ static int cmd_bench(opts *o) {
         else if (st) rc = fail(&e);
     }
     if (!rc) {
-        qsort(ms, (size_t)frames, sizeof *ms, cmp_double);
         double med = ms[frames / 2];
         uint64_t bytes = dd_model_weight_bytes_per_frame(m);
         double floor_ms = bytes / (gbps * 1e9) * 1e3;
@@ -1014,12 +994,6 @@ static int cmd_bench(opts *o) {
             }
         }
     }
-    free(h);
-    free(c0);
-    free(text);
-    free(codes);
-    free(seeds);
-    free(fidx);
     free(ms);
     dd_decoder_free(d);
     dd_model_free(m);
