@@ -44,6 +44,7 @@
 #define LT_ASUM_FLOATS 1024
 #define LT_MISC_BYTES 6144
 #define LT_PIECE_MAX (32 * 1024)
+#define LT_KSPLIT_MIN (64 * 1024) /* a linear with a residual splits each unit's K over two SMs from these bytes */
 #define LT_OPS_BYTES 8192   /* the op table, copied to shared memory at the start */
 #define LT_STEPS_BYTES 3072 /* this SM's steps (prelude and one pass) and its pieces' chunk ranges, likewise */
 #define LT_MAX_N 8 /* streams: at most 16 tokens per linear (two n-tiles) */
@@ -80,6 +81,7 @@ typedef struct lt_op {
             long long outf_lvl;
             const u64 *res;   /* residual (LL, rows t) */
             const float *add; /* learned position (plain), row t lda (lda 0: one row) */
+            u64 *fwd;         /* K split: per unit, 256 LL words of the first half's running sum (acc layout) */
         };
         struct { /* attention: in = qkv (LL), out = attention output (LL) */
             float *kc, *vc;
@@ -104,6 +106,8 @@ typedef struct lt_op {
 typedef struct lt_step {
     int op, u0, u1; /* units (linear), items (stream, kv head) (attention), streams (sample) */
     int pc0, pc1;   /* its weight pieces */
+    int fwd;        /* K split (one unit over two SMs): 1 chunks [0, h) whose running sum is published to op.fwd,
+                     * 2 chunks [h, NC) continuing that sum (polled before the first fold), then the epilogue */
 } lt_step;
 /* A weight piece: chunks [c0, c1) (of CU_CKT k-tiles) of the step's m-tiles, with its copies precomputed: nmt
  * copies of fbytes from frag + i fstride, then (QINT) nmt of sbytes from sb + i sstride. Head pieces (hl) take
@@ -568,17 +572,18 @@ __device__ __forceinline__ int lt_linear(const lt_step st, int l, int v) {
     /* the residual rows of this step's outputs: published before this step's inputs, so their loads are issued
      * now and checked after the input poll (one word per thread where they fit the compute threads) */
     const int rnr = nu * 16;
-    const bool rfast = op.res && T * rnr <= LT_NC;
+    const u64 *res = st.fwd == 1 ? NULL : op.res; /* the first half of a K split has no epilogue */
+    const bool rfast = res && T * rnr <= LT_NC;
     const u64 *ra = NULL;
     u64 rw = 0;
     if (rfast && tid < T * rnr) {
         const int t = tid / rnr, r = tid - t * rnr;
         if (st.u0 * 16 + r < w.N) {
-            ra = op.res + (size_t)t * op.ldr + st.u0 * 16 + r;
+            ra = res + (size_t)t * op.ldr + st.u0 * 16 + r;
             rw = lt_ld(ra);
         }
     }
-    if (op.res && !rfast) { /* the residual rows of this step's outputs (long published: one round trip) */
+    if (res && !rfast) { /* the residual rows of this step's outputs (long published: one round trip) */
         const int nr = nu * 16;
         if (tid < T) {
             const int t = tid;
@@ -604,6 +609,16 @@ __device__ __forceinline__ int lt_linear(const lt_step st, int l, int v) {
     int segc = 0, first_seg = 1; /* chunks (per m-tile and n-tile) collected in part */
     auto fold = [&]() {
         lt_bar::sync();
+        if (first_seg && st.fwd == 2) { /* the running sum of chunks [0, h) from the step's other half, then ours */
+            if (tid == 0) {
+                S.rsrc[0] = op.fwd + (size_t)st.u0 * 256;
+                S.rdst[0] = (float *)S.acc;
+            }
+            lt_bar::sync();
+            lt_poll_runs(E, 1, nmt * NTG * 128, nmt * NTG * 128);
+            lt_bar::sync();
+            first_seg = 0;
+        }
 #pragma unroll 1
         for (int idx = tid; idx < nmt * NTG * 32; idx += LT_NC) {
             const int ln = idx & 31, q = idx >> 5, nt = NTG == 1 ? 0 : q & 1, mtl = NTG == 1 ? q : q >> 1;
@@ -671,6 +686,13 @@ __device__ __forceinline__ int lt_linear(const lt_step st, int l, int v) {
         if (pc + 1 == st.pc1 || (segc + S.pcs[pc + 1].y - S.pcs[pc + 1].x) * nmt * NTG > LT_PART_SLOTS) fold();
     }
     LT_PH(8);
+    if (st.fwd == 1) { /* the sum so far (acc layout) for the unit's second half */
+        u64 *dst = op.fwd + (size_t)st.u0 * 256;
+        const float *a = (const float *)S.acc;
+        for (int i = tid; i < nmt * NTG * 128; i += LT_NC) lt_st(dst + i, a[i], E);
+        lt_bar::sync();
+        return v;
+    }
     const int nr = nu * 16;
 #pragma unroll 1
     for (int idx = tid; idx < nr * T; idx += LT_NC) {
@@ -1016,6 +1038,8 @@ struct lt_exec {
     u64 *ll;
     size_t ll_words;
     u64 *x0, **qkv, **att, **xa, **ff, **xb, *lg, *lg0, *noise;
+    u64 *fw;          /* K split forwarding words: layer li at fw + li fw_stride */
+    size_t fw_stride; /* 256 words per m-tile of fc2 */
     int ldx, ldq, lda_, ldf, ldv;
     cu_mat *d_heads;
     const uint8_t *const *hbase;
@@ -1069,9 +1093,25 @@ struct builder {
         return r;
     }
 
+    /* K split: each of the U units over two of the G - R SMs that run linears (the least loaded), the first half of
+     * its chunks on one (fwd 1) and the second on the other (fwd 2). Returns [G] of (unit, fwd), unit -1: none. */
+    std::vector<std::pair<int, int>> split_halves(int U, double unit_bytes) {
+        const int GL = G - R;
+        std::vector<int> order(GL);
+        for (int i = 0; i < GL; i++) order[i] = i;
+        std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return load[a] < load[b]; });
+        std::vector<std::pair<int, int>> r(G, {-1, 0});
+        for (int i = 0; i < 2 * U; i++) {
+            r[order[i]] = {i / 2, 1 + (i & 1)};
+            load[order[i]] += unit_bytes / 2;
+        }
+        return r;
+    }
+
     /* weight pieces of a linear step of units [u0, u1); T tokens at most */
-    void pieces(const lt_op &op, const cu_mat &w, int u0, int u1, int T, std::vector<lt_piece> &out, int step) {
-        const int nmt = (u1 - u0) * (w.pair ? 2 : 1), NC = (w.KT + CU_CKT - 1) / CU_CKT, NTG = (T + 7) / 8;
+    void pieces(const lt_op &op, const cu_mat &w, int u0, int u1, int T, std::vector<lt_piece> &out, int step,
+                int kc0 = 0, int kc1 = -1) {
+        const int nmt = (u1 - u0) * (w.pair ? 2 : 1), NC = kc1 >= 0 ? kc1 : (w.KT + CU_CKT - 1) / CU_CKT, NTG = (T + 7) / 8;
         if (nmt * NTG > LT_ACC_SLOTS || (w.wm == WM_QINT && (CU_CKT * 16) % w.group) || (op.res && T * (u1 - u0) * 16 > LT_RES_FLOATS)) {
             fail = 1;
             return;
@@ -1082,7 +1122,7 @@ struct builder {
                 return;
             }
         }
-        for (int c0 = 0; c0 < NC;) {
+        for (int c0 = kc0; c0 < NC;) {
             int c1 = c0;
             size_t bytes = 0;
             while (c1 < NC) {
@@ -1290,6 +1330,7 @@ static dd_status build_plan_role(lt_exec *x, int variant, int n, int role, dd_er
                           x->xb[li], x->ldx);
         f2.res = x->xa[li];
         f2.ldr = x->ldx;
+        f2.fwd = x->fw + (size_t)li * x->fw_stride;
         pass_ops.push_back(b.add_op(f2));
     }
     {
@@ -1341,9 +1382,18 @@ static dd_status build_plan_role(lt_exec *x, int variant, int n, int role, dd_er
         };
         std::stable_sort(order.begin(), order.end(),
                          [&](int a, int c) { return ubytes(b.ops[opl[a]]) > ubytes(b.ops[opl[c]]); });
+        std::vector<std::vector<std::pair<int, int>>> halves(nop);
         for (int k : order) {
             const lt_op &o = b.ops[opl[k]];
-            ranges[k] = b.split(o.w.MT / (o.w.pair ? 2 : 1), ubytes(o));
+            const int U = o.w.MT / (o.w.pair ? 2 : 1), nck = (o.w.KT + CU_CKT - 1) / CU_CKT;
+            if (o.fwd && ubytes(o) >= LT_KSPLIT_MIN && nck >= 2 && 2 * U <= G - b.R) {
+                halves[k] = b.split_halves(U, ubytes(o));
+                ranges[k].assign(G, {0, 0});
+                for (int i = 0; i < G; i++)
+                    if (halves[k][i].first >= 0) ranges[k][i] = {halves[k][i].first, halves[k][i].first + 1};
+                continue;
+            }
+            ranges[k] = b.split(U, ubytes(o));
         }
         for (int k = 0; k < nop; k++) {
             const lt_op &o = b.ops[opl[k]];
@@ -1385,11 +1435,18 @@ static dd_status build_plan_role(lt_exec *x, int variant, int n, int role, dd_er
             for (int i = 0; i < G; i++) {
                 auto r = ranges[k][i];
                 if (r.second <= r.first) continue;
-                lt_step s = {opl[k], r.first, r.second, 0, 0};
+                lt_step s = {opl[k], r.first, r.second, 0, 0, 0};
                 if (o.kind == LT_LIN) {
                     int T = o.tok_n ? n : T_layer;
                     s.pc0 = (int)pcs[i].size();
-                    b.pieces(o, o.w, r.first, r.second, T, pcs[i], (int)steps[i].size());
+                    if (!halves[k].empty()) { /* one half of a K-split unit */
+                        const int nck = (o.w.KT + CU_CKT - 1) / CU_CKT, h = nck / 2;
+                        s.fwd = halves[k][i].second;
+                        b.pieces(o, o.w, r.first, r.second, T, pcs[i], (int)steps[i].size(), s.fwd == 1 ? 0 : h,
+                                 s.fwd == 1 ? h : nck);
+                    } else {
+                        b.pieces(o, o.w, r.first, r.second, T, pcs[i], (int)steps[i].size());
+                    }
                     s.pc1 = (int)pcs[i].size();
                 }
                 steps[i].push_back(s);
@@ -1510,8 +1567,9 @@ dd_status lt_create(lt_exec **out, cu_state *st, const dd_model *m, dd_error *er
     x->xb = x->ff + L;
     *out = x; /* from here lt_free cleans up */
     size_t per_layer = (size_t)NT * (x->ldq + x->lda_ + 2 * x->ldx + x->ldf);
+    x->fw_stride = (size_t)((c->dim + 15) / 16) * 256;
     x->ll_words = (size_t)NT * x->ldx + (size_t)L * per_layer + 2 * (size_t)LT_MAX_N * V +
-                  (size_t)LT_MAX_N * c->levels * V;
+                  (size_t)LT_MAX_N * c->levels * V + (size_t)L * x->fw_stride;
     dd_status s;
     void *mem;
     if ((s = cu_alloc(&mem, x->ll_words * 8, &st->allocs, &st->nallocs, err))) return s;
@@ -1533,6 +1591,7 @@ dd_status lt_create(lt_exec **out, cu_state *st, const dd_model *m, dd_error *er
     }
     x->lg = p, p += (size_t)LT_MAX_N * V;
     x->lg0 = p, p += (size_t)LT_MAX_N * V;
+    x->fw = p, p += (size_t)L * x->fw_stride;
     x->noise = p;
     if ((s = cu_alloc(&mem, (size_t)(c->levels - 1) * sizeof(cu_mat), &st->allocs, &st->nallocs, err))) return s;
     x->d_heads = (cu_mat *)mem;
