@@ -368,7 +368,8 @@ static void invariance(const char *kind, dd_dtype wt, int B) {
     const dd_config *c = dd_model_config(m);
     const int Q = c->levels, V = c->codebook_size, I = c->input_dim;
     dd_decoder *d = make(m, DD_BACKEND_CUDA, B);
-    dd_cuda_test_crossover(d, 1); /* alone: the latency executor; the batch: the frame kernel */
+    /* the default executors: alone the latency executor; a batch of up to 48 its groups of <= 8, else the frame
+     * kernel */
     float *h = rand_hidden(m, B);
     int32_t *codes = th_rand_codes(m, B, Q), *out = malloc((size_t)B * Q * 4), one[64];
     uint64_t *seeds = malloc((size_t)B * 8), *frames = malloc((size_t)B * 8);
@@ -410,6 +411,7 @@ static void test_invariance(void **state) {
     if (g_quick) return;
     invariance("tiny-gpt", DD_F32, 256);
     invariance("gpt", DD_BF16, 256);
+    invariance("gpt", DD_BF16, 20); /* the latency executor in groups */
     invariance("gpt", DD_Q8, 256);
     invariance("csm", DD_BF16, 256);
     invariance("gpt", DD_BF16, 512);
@@ -485,6 +487,10 @@ static void test_executors(void **state) {
     executors("tiny-qwen3", DD_BF16, 1);
     executors("tiny-qwen3", DD_Q8, 3);
     if (g_quick < 2) executors("tiny-qwen3", DD_Q4, 8);
+    if (g_quick < 2) { /* over 8 streams: the latency executor in groups (3 of 7, 7, 6; 2 of 6, 5) */
+        executors("tiny-gpt", DD_BF16, 20);
+        executors("tiny-llama", DD_Q4, 11);
+    }
     if (g_quick) return;
     executors("gpt", DD_BF16, 1);
     executors("gpt", DD_BF16, 8);
@@ -493,6 +499,7 @@ static void test_executors(void **state) {
     executors("csm", DD_BF16, 1);
     executors("csm", DD_BF16, 5);
     executors("csm", DD_Q8, 1);
+    executors("gpt", DD_BF16, 17);
 }
 
 

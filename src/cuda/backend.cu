@@ -420,16 +420,43 @@ static void cuda_destroy(dd_decoder *d) {
 
 /* ---- decode / score -------------------------------------------------------------------------------------- */
 
+/* The latency executor's groups for a batch of n streams: k launches, the first n % k of q + 1 streams, the rest of
+ * q (a batch over lt_max_batch runs as groups of equal size, one after the other: each stream's results are the
+ * same in any group, by the numerics contract). */
+static void lt_groups(const cu_state *st, int n, int *k, int *q) {
+    const int g = lt_max_batch(st->lt);
+    *k = (n + g - 1) / g;
+    *q = n / *k;
+}
+
+int cu_lt_needs_build(const cu_state *st, int v, int n) {
+    if (!st->lt || n < 1 || n > st->lt_max) return 0;
+    int k, q;
+    lt_groups(st, n, &k, &q);
+    return !st->lt_built[v][q] || (n % k && !st->lt_built[v][q + 1]);
+}
+
 /* One frame of program v for n streams whose inputs are in st->d_in, enqueued on `stream` with no host
- * synchronisation: the latency executor for small batches (its plan for (v, n) is built, synchronously, on first
- * use: lt_built says which are), else the frame kernel. */
+ * synchronisation: the latency executor for batches up to st->lt_max (in groups; the plan of each (v, group size)
+ * is built, synchronously, on first use: lt_built says which are), else the frame kernel. */
 dd_status cu_launch_frame(cu_state *st, int v, int n, float temp, int topk, cudaStream_t stream, dd_error *err) {
     dd_status ls = DD_OK;
-    if (n <= st->lt_max) {
-        int ok = lt_can(st->lt, v, n, err, &ls);
-        if (!ls) st->lt_built[v][n] = 1;
-        if (ok) return lt_run(st->lt, v, n, temp, topk, stream, err);
-        if (ls) return ls;
+    if (st->lt && n <= st->lt_max) {
+        int k, q, ok = 1;
+        lt_groups(st, n, &k, &q);
+        for (int size = q; size <= q + (n % k ? 1 : 0) && ok; size++) {
+            ok = lt_can(st->lt, v, size, err, &ls);
+            if (ls) return ls;
+            st->lt_built[v][size] = 1;
+        }
+        if (ok) {
+            for (int g = 0, r0 = 0; g < k; g++) {
+                const int size = q + (g < n % k);
+                if ((ls = lt_run(st->lt, v, size, r0, temp, topk, stream, err))) return ls;
+                r0 += size;
+            }
+            return DD_OK;
+        }
     }
     return cu_run_program(&st->sc, st->d_prog[v], st->nprog[v], n, temp, topk,
                           (const uint64_t *)(st->d_in + st->off_seeds), (const uint64_t *)(st->d_in + st->off_frames),
@@ -491,11 +518,10 @@ static dd_status cuda_score(dd_decoder *d, int n, const float *hidden, const int
     return DD_OK;
 }
 
-/* test hook: batches of at most nmax streams run on the latency executor (0: none; capped at what it supports) */
+/* test hook: batches of at most nmax streams run on the latency executor (0: none; over lt_max_batch: in groups) */
 extern "C" void dd_cuda_test_crossover(dd_decoder *d, int nmax) {
     cu_state *st = (cu_state *)d->impl;
-    int cap = lt_max_batch(st->lt);
-    st->lt_max = nmax < cap ? nmax : cap;
+    st->lt_max = st->lt ? nmax : 0;
 }
 
 extern "C" const dd_backend_vt dd_cuda_backend = {"cuda",           cuda_init,       cuda_destroy,

@@ -30,7 +30,8 @@ typedef struct cu_state {
     cu_op *h_prog[NPROG], *d_prog[NPROG];
     int nprog[NPROG];
     lt_exec *lt; /* the latency executor (small batches), or NULL */
-    int lt_max;  /* batches of at most this many streams run on it (test hook: dd_cuda_test_crossover) */
+    int lt_max;  /* batches of at most this many streams run on it, in groups of at most lt_max_batch streams
+                  * (test hook: dd_cuda_test_crossover) */
     unsigned char lt_built[NPROG][9]; /* the latency executor's plan of (variant, n) is built (n <= 8) */
     int dev;          /* the device the decoder lives on */
     int dev_used;     /* a dd_*_device call was made: host calls and dd_decoder_sync wait and check first */
@@ -40,6 +41,9 @@ typedef struct cu_state {
 
 /* backend.cu: enqueue one frame of program `variant` for n streams whose inputs are in st->d_in, on `stream`. */
 dd_status cu_launch_frame(cu_state *st, int variant, int n, float temp, int topk, cudaStream_t stream, dd_error *err);
+/* backend.cu: 1 when a frame of n streams would run on the latency executor with every plan it needs not yet built
+ * (building one synchronises: not allowed inside a stream capture) */
+int cu_lt_needs_build(const cu_state *st, int variant, int n);
 
 /* devapi.cu: the device API of the cuda backend (dd_decode_device, dd_score_device, dd_decoder_sync). */
 dd_status cu_devapi_init(cu_state *st, dd_error *err);
@@ -52,13 +56,14 @@ dd_status cu_score_device(dd_decoder *d, int n, const float *hidden, const int32
 dd_status cu_decoder_sync(dd_decoder *d, dd_error *err);
 
 /* lat.cu: the latency executor. lt_create returns DD_OK with *out NULL when the model or device does not suit
- * it; lt_max_batch says up to which batch it runs; lt_run enqueues one frame (inputs already in st->d_in) on
- * `stream`, with no host synchronisation (capturable). */
+ * it; lt_max_batch says up to which batch one launch runs; lt_run enqueues one frame of streams r0 .. r0 + n - 1
+ * (inputs already in st->d_in) on `stream`, with no host synchronisation (capturable); r0 == 0 resets the error
+ * words, so a batch in groups is launched in row order. */
 dd_status lt_create(lt_exec **out, cu_state *st, const dd_model *m, dd_error *err);
 void lt_free(lt_exec *x);
 int lt_max_batch(const lt_exec *x);
 int lt_default_crossover(const lt_exec *x); /* batches run on it by default */
 int lt_can(lt_exec *x, int variant, int n, dd_error *err, dd_status *s); /* builds the plan on first use */
-dd_status lt_run(lt_exec *x, int variant, int n, float temp, int topk, cudaStream_t stream, dd_error *err);
+dd_status lt_run(lt_exec *x, int variant, int n, int r0, float temp, int topk, cudaStream_t stream, dd_error *err);
 
 #endif

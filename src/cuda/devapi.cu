@@ -163,7 +163,7 @@ static dd_status dv_frame(cu_state *st, const char *fn, int v, int n, const floa
                           float temp, int topk, cudaStream_t stream, const void *src, void *dst, size_t cnt,
                           const void *src2, void *dst2, size_t cnt2, dd_error *err) {
     const dd_config *c = &st->m->cfg;
-    if (st->lt && n <= st->lt_max && !st->lt_built[v][n]) { /* building the plan copies synchronously: not in a capture */
+    if (cu_lt_needs_build(st, v, n)) { /* building a plan copies synchronously: not in a capture */
         cudaStreamCaptureStatus cs;
         CU_TRY(cudaStreamIsCapturing(stream, &cs), err, "stream capture status");
         if (cs != cudaStreamCaptureStatusNone)

@@ -130,6 +130,7 @@ typedef struct lt_params {
     const lt_sm *sms;
     const uint8_t *const *hbase; /* per level: head frag, head sb */
     int nops, n, Q;
+    int r0; /* the decoder's row of this launch's stream 0 (a batch over LT_MAX_N runs as groups: lt_run) */
     float temp;
     int topk;
     const uint64_t *seeds, *frames;
@@ -501,7 +502,7 @@ __device__ __forceinline__ void lt_stage(int opi, int K, int group, int qint, in
         for (int t = 0; t < T; t++)
 #pragma unroll 1
             for (int kk = tid; kk < nc; kk += LT_NC)
-                actf[(size_t)t * SR + kk] = kb + kk < K ? __ldcg(x + (size_t)t * op.ldin + kb + kk) : 0.0f;
+                actf[(size_t)t * SR + kk] = kb + kk < K ? __ldcg(x + (size_t)(lt_P.r0 + t) * op.ldin + kb + kk) : 0.0f;
     } else {
         const u64 *x = (const u64 *)op.in;
         if (tid < T) {
@@ -595,7 +596,9 @@ __device__ __forceinline__ int lt_linear(const lt_step st, int l, int v) {
         lt_bar::sync();
         LT_PH(1);
     }
-    if (op.whole) lt_stage(st.op, w.K, w.group, WM == WM_QINT, T, Pp, 0, KT, E);
+    /* a whole-row op stages the window of its pieces once: the whole row, or its half of a K split */
+    const int wk0 = op.whole ? S.pcs[st.pc0].x * CU_CKT : 0, wk1 = op.whole ? min(S.pcs[st.pc1 - 1].y * CU_CKT, KT) : KT;
+    if (op.whole) lt_stage(st.op, w.K, w.group, WM == WM_QINT, T, Pp, wk0, wk1, E);
     if (ra) { /* read by the epilogue, after the barriers of the pieces below */
         unsigned spins = 0;
         u64 t0 = 0;
@@ -645,9 +648,9 @@ __device__ __forceinline__ int lt_linear(const lt_step st, int l, int v) {
             if (pc > st.pc0) lt_bar::sync(); /* every warp is done with the previous window */
             lt_stage(st.op, w.K, w.group, WM == WM_QINT, T, Pp, kt0, kt1, E);
         }
-        const int kw0 = op.whole ? 0 : kt0, SR = lt_sr(op.whole ? KT : nktp);
+        const int kw0 = op.whole ? wk0 : kt0, SR = lt_sr(op.whole ? wk1 - wk0 : nktp);
         const int gw0 = WM == WM_QINT ? kw0 * 16 / w.group : 0;
-        const int ngw = WM == WM_QINT ? (min((op.whole ? KT : kt1) * 16, w.K) - kw0 * 16) / w.group : 0;
+        const int ngw = WM == WM_QINT ? (min((op.whole ? wk1 : kt1) * 16, w.K) - kw0 * 16) / w.group : 0;
         const int gp0 = WM == WM_QINT ? kt0 * 16 / w.group : 0;
         const int ngp = WM == WM_QINT ? (min(kt1 * 16, w.K) - kt0 * 16) / w.group : 0;
         const int slot = v % LT_NSLOT;
@@ -705,7 +708,7 @@ __device__ __forceinline__ int lt_linear(const lt_step st, int l, int v) {
         if (op.res) h = h + S.res[t * nr + ul * 16 + r];
         if (op.add) h = h + __ldg(op.add + (size_t)t * op.lda + j);
         if (op.out) lt_st(op.out + (size_t)(t * op.out_mul + op.out_off) * op.ldo + j, h, E);
-        if (op.outf) op.outf[(size_t)t * op.ldof + (size_t)(l - 1) * op.outf_lvl + j] = h;
+        if (op.outf) op.outf[(size_t)(P.r0 + t) * op.ldof + (size_t)(l - 1) * op.outf_lvl + j] = h; /* tok_n: t a stream */
     }
     lt_bar::sync();
     return v;
@@ -874,7 +877,7 @@ __device__ __forceinline__ void lt_sample(const lt_step st, int l) {
         LT_PH(2);
         int code;
         if (op.forced) {
-            code = op.code_is_stream ? s : __ldcg(op.code_in + (size_t)s * op.ldi + lv);
+            code = op.code_is_stream ? P.r0 + s : __ldcg(op.code_in + (size_t)(P.r0 + s) * op.ldi + lv);
         } else {
             lt_bar::sync();
             code = cu_sample_block<lt_bar>([zs](int i) { return zs[i]; }, op.V, P.temp, P.topk, seed, frame, lv, S.ss,
@@ -883,8 +886,8 @@ __device__ __forceinline__ void lt_sample(const lt_step st, int l) {
         LT_MARK(1);
         LT_PH(6);
         if (threadIdx.x == 0) {
-            if (code < 0) atomicMin(&P.err[1], (s << 8) | lv);
-            if (op.code_out) op.code_out[(size_t)s * op.ldco + lv] = code;
+            if (code < 0) atomicMin(&P.err[1], ((P.r0 + s) << 8) | lv);
+            if (op.code_out) op.code_out[(size_t)(P.r0 + s) * op.ldco + lv] = code;
         }
         if (op.out && lv < op.Q - 1) {
             const int r = code + (op.table_lvl ? lv * op.V : 0);
@@ -1622,10 +1625,13 @@ static dd_status build_plan(lt_exec *x, int variant, int n, dd_error *err) {
     return build_plan_role(x, variant, n, 0, err);
 }
 
-/* The batches the decoder sends here by default: all it takes. Measured on the H200 in one process
- * (dev/cuda/lat_timeline.cu, 2026-12-03 22:4x UTC, medians of 30 frames), this executor vs the frame kernel: GPT dims
- * bf16 B1 5.11 vs 10.33 ms, bf16 B8 11.14 vs 16.14, CSM dims bf16 B1 7.43 vs 14.76 (docs/cuda_results.md). */
-int lt_default_crossover(const lt_exec *x) { return x ? LT_MAX_N : 0; }
+/* The batches the decoder sends here by default: up to 6 groups of at most LT_MAX_N streams (one launch each).
+ * Measured on the H200 (2026-12-04 12:35 UTC, depthdec bench --capacity, medians of 5 frames): GPT dims bf16 B8 9.03
+ * ms here, B16 18.07, B32 36.05 (groups), while the frame kernel takes 57.3-61.1 ms from B9 to B64; CSM dims B8 12.57,
+ * B32 50.22 here, 86.4-88.5 ms on the frame kernel from B9 to B64. So 6 groups of 8 (~54 / ~75 ms) still beat the
+ * frame kernel, 7 would not at GPT dims. Single launches vs the frame kernel (dev/cuda/lat_timeline.cu, same call):
+ * GPT dims bf16 B1 4.83 vs 10.24 ms. */
+int lt_default_crossover(const lt_exec *x) { return x ? 6 * LT_MAX_N : 0; }
 
 /* 1 when (variant, n) runs on the latency executor (the plan is built on first use) */
 int lt_can(lt_exec *x, int variant, int n, dd_error *err, dd_status *s) {
@@ -1648,7 +1654,7 @@ __global__ void lt_epoch_advance(unsigned *epoch, unsigned Q, u64 *ll, size_t wo
     if (threadIdx.x == 0) *epoch = wrap ? 1u : e;
 }
 
-dd_status lt_run(lt_exec *x, int variant, int n, float temp, int topk, cudaStream_t stream, dd_error *err) {
+dd_status lt_run(lt_exec *x, int variant, int n, int r0, float temp, int topk, cudaStream_t stream, dd_error *err) {
     cu_state *st = x->st;
     const dd_config *c = &x->m->cfg;
     const int Q = c->levels;
@@ -1662,17 +1668,18 @@ dd_status lt_run(lt_exec *x, int variant, int n, float temp, int topk, cudaStrea
     P.hbase = x->hbase;
     P.nops = pl->nops;
     P.n = n;
+    P.r0 = r0;
     P.Q = Q;
     P.temp = temp;
     P.topk = topk;
-    P.seeds = (const uint64_t *)(st->d_in + st->off_seeds);
-    P.frames = (const uint64_t *)(st->d_in + st->off_frames);
+    P.seeds = (const uint64_t *)(st->d_in + st->off_seeds) + r0;
+    P.frames = (const uint64_t *)(st->d_in + st->off_frames) + r0;
     P.noise = x->noise;
     P.V = c->codebook_size;
     P.epoch = x->epoch;
     P.err = st->sc.err;
     P.timeout_ns = x->timeout_ns;
-    CU_TRY(cudaMemsetAsync(st->sc.err, 0x7F, 8, stream), err, "reset error flags");
+    if (r0 == 0) CU_TRY(cudaMemsetAsync(st->sc.err, 0x7F, 8, stream), err, "reset error flags"); /* the first group */
     void *args[] = {&P};
     CU_TRY(cudaLaunchCooperativeKernel((const void *)lt_kernel, dim3(x->G), dim3(LT_THREADS), args, LT_SMEM, stream),
            err, "launch of the latency kernel");
