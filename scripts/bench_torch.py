@@ -260,7 +260,7 @@ def cmd_plot(a):
         torch_rows = json.load(open(a.torch))
     except (OSError, ValueError):
         torch_rows = []
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, (ax, ay) = plt.subplots(1, 2, figsize=(12, 4.5))
     series = {}
     for r in rows:
         if r.get("backend") != "cuda":
@@ -272,10 +272,13 @@ def cmd_plot(a):
             continue
         ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"depthdec cuda, {m} {w}")
         ax.plot([p[0] for p in pts], [p[2] for p in pts], ":", color="gray", label=f"HBM floor, {m} {w}")
+        ay.plot([p[0] for p in pts], [1000.0 * p[0] / p[1] for p in pts], "o-", label=f"depthdec cuda, {m} {w}")
     for mode, mk in (("torch_graph_ms", "s"), ("torch_eager_ms", "^")):
         for m in sorted({r["model"] for r in torch_rows}):
             pts = sorted((r["batch"], r[mode]) for r in torch_rows if r["model"] == m)
             ax.plot([p[0] for p in pts], [p[1] for p in pts], mk + "--", label=f"PyTorch {mode.split('_')[1]}, {m} bf16")
+            ay.plot([p[0] for p in pts], [1000.0 * p[0] / p[1] for p in pts], mk + "--",
+                    label=f"PyTorch {mode.split('_')[1]}, {m} bf16")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("batch (streams per frame)")
@@ -283,6 +286,13 @@ def cmd_plot(a):
     ax.set_title("Depth decoder frame latency on " + (torch_rows[0]["device"] if torch_rows else "GPU"))
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
+    ay.set_xscale("log", base=2)
+    ay.set_yscale("log")
+    ay.set_xlabel("batch (streams per frame)")
+    ay.set_ylabel("stream-frames per second")
+    ay.set_title("Throughput (a stream needs 12.5 frames/s)")
+    ay.grid(True, which="both", alpha=0.3)
+    ay.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(a.out, dpi=120)
     print("wrote", a.out)
