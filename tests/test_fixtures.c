@@ -81,12 +81,7 @@ static void check_model(dd_model *m, const char *name) {
         p.backend = be;
         p.max_batch = N;
         dd_decoder *d;
-        dd_status cs = dd_decoder_create(&d, m, &p, &e);
-        if (cs == DD_EUNSUPPORTED && be == DD_BACKEND_CUDA && c->per_position) {
-            printf("  %s: backend cuda refuses this family (issue 17: %s): skipped\n", name, e.msg); /* not yet */
-            continue;
-        }
-        if (cs) fail_msg("%s", e.msg);
+        if (dd_decoder_create(&d, m, &p, &e)) fail_msg("%s", e.msg);
         th_poison(lg, nl);
         th_poison(l0, (size_t)N * V);
         if (dd_score_text(d, N, hidden, text, codes, lg, has0 ? l0 : NULL, &e)) fail_msg("%s", e.msg);
