@@ -67,7 +67,8 @@ typedef struct lt_op {
     int kind;
     int tok_n;    /* tokens: n (else n P, P = 2 new positions in pass 1, else 1) */
     int in_last;  /* token s reads input row s P + P - 1 (the head: last position of each stream) */
-    int in_plain; /* input rows are plain floats (the hidden states), else LL words */
+    int in_plain; /* input rows are plain floats (the hidden states: the prelude's linears, Moshi's in_proj in
+                   * every pass), else LL words */
     const void *in;
     int ldin;
     int ldo, out_mul, out_off;
@@ -509,7 +510,7 @@ __device__ __forceinline__ void lt_stage(int opi, int K, int group, int qint, in
         asm volatile("prefetch.global.L1 [%0];" ::"l"(op.nw + tid * 32));
         if (op.nb) asm volatile("prefetch.global.L1 [%0];" ::"l"(op.nb + tid * 32));
     }
-    if (op.in_plain) { /* the hidden states (the prelude's linears; Moshi: each pass's in_proj) */
+    if (op.in_plain) { /* the hidden states (the prelude; Moshi: in_proj in every pass) */
         const float *x = (const float *)op.in;
 #pragma unroll 1
         for (int t = 0; t < T; t++)
