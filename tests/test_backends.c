@@ -17,7 +17,8 @@
  *              codes, invariance as above; its input checks (text required and in range, codes up to the pad id)
  *   big        a frame of the GPT-dims, CSM-dims and Moshi-dims synthetic models against ref (DD_TEST_QUICK=1 skips it:
  *              ref needs ~10 s per stream-frame at those sizes).
- * Inputs come from a fresh seed each run (printed; DD_TEST_SEED=<n> replays).
+ * Inputs come from a fresh seed each run (printed; DD_TEST_SEED=<n> replays); DD_TEST_ONLY=<pattern> runs the tests
+ * whose names match (cmocka's filter, e.g. "test_moshi_*").
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -734,5 +735,6 @@ int main(void) {
         cmocka_unit_test_setup(test_moshi_inputs, th_reseed),
         cmocka_unit_test_setup(test_moshi_quantized, th_reseed),
     };
+    if (getenv("DD_TEST_ONLY") && *getenv("DD_TEST_ONLY")) cmocka_set_test_filter(getenv("DD_TEST_ONLY")); /* e.g. "test_moshi_*" */
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
