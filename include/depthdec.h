@@ -273,7 +273,8 @@ DD_API dd_status dd_score(dd_decoder *d, int n, const float *hidden, const int32
  * All pointers must be device (or managed) memory of the decoder's device, aligned to their element size, and
  * stay valid until the frame has run on the stream. Checked on the host before anything is enqueued (the error
  * names the argument; nothing is enqueued then): d is a cuda decoder (else DD_EUNSUPPORTED naming the backend),
- * 1 <= n <= max_batch, the sampling parameters, head0 when c0 is NULL, the pointers. What needs the data is found
+ * the model takes no text tokens (a Moshi depformer needs one per stream, which these calls cannot pass:
+ * DD_EUNSUPPORTED; use dd_decode_text / dd_score_text), 1 <= n <= max_batch, the sampling parameters, head0 when c0 is NULL, the pointers. What needs the data is found
  * on the device: a non-finite hidden value, a c0 outside [0, V), a level with no finite logit. Such a frame writes
  * nothing to `codes`, and the first such error since the last synchronising call is returned by the next one
  * (dd_decoder_sync, dd_decode or dd_score on this decoder) with the message dd_decode gives ("hidden row 2,

@@ -185,6 +185,9 @@ static dd_status device_api(const dd_decoder *d, const char *fn, dd_error *err) 
     if (!d->vt->decode_device)
         return dd_fail(err, DD_EUNSUPPORTED, "%s: backend %s computes on the host: device pointers need a cuda decoder",
                        fn, d->vt->name);
+    if (d->m->cfg.text_vocab) /* the device calls have no text argument */
+        return dd_fail(err, DD_EUNSUPPORTED, "%s: %s takes a text token per stream (Moshi's depformer), which the device "
+                       "API cannot pass: use dd_decode_text / dd_score_text", fn, d->m->source);
     return DD_OK;
 }
 

@@ -17,7 +17,8 @@
  *              codes, invariance as above; its input checks (text required and in range, codes up to the pad id)
  *   big        a frame of the GPT-dims, CSM-dims and Moshi-dims synthetic models against ref (DD_TEST_QUICK=1 skips it:
  *              ref needs ~10 s per stream-frame at those sizes).
- * Inputs come from a fresh seed each run (printed; DD_TEST_SEED=<n> replays).
+ * Inputs come from a fresh seed each run (printed; DD_TEST_SEED=<n> replays); DD_TEST_ONLY=<pattern> runs the tests
+ * whose names match (cmocka's filter, e.g. "test_moshi_*").
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -458,14 +459,6 @@ static void test_big_models(void **state) {
 
 /* ---- the Qwen3 block (q/k norms, in_proj with bias) on a synthetic model, every variant ---------------------- */
 
-/* 1 (and says so) when variant v is CUDA's, which refuses these families (issue 17: not on CUDA yet) */
-static int skip_cuda(int v, const char *model, dd_dtype t, const char *what) {
-    if (g_var[v].row->info.id != DD_BACKEND_CUDA) return 0;
-    printf("  %s %-5s %-10s skipped: the cuda backend refuses %s models (issue 17)\n", model, dd_dtype_name(t),
-           g_var[v].name, what);
-    return 1;
-}
-
 /* tiny-qwen3 in every weight type: teacher-forced logits of each variant within TH_LOGIT_REL of ref; sampled
  * codes (T 0.9 / top-k 50, c0 sampled by its head0 and given) identical to ref on >= 99.9 % of (stream, level)
  * pairs; each stream's codes and (exact variants) logits the same alone and in the batch of 64. */
@@ -523,7 +516,7 @@ static void test_qwen3_vs_ref(void **state) {
     if (total) assert_true(same * 1000 >= total * 999);
 }
 
-/* ---- Kyutai Moshi's depformer (per-position weights, text token) on a synthetic model, every variant but CUDA's -- */
+/* ---- Kyutai Moshi's depformer (per-position weights, text token) on a synthetic model, every variant ---------- */
 
 static int32_t *rand_text(const dd_model *m, int n) {
     int32_t *t = malloc((size_t)n * sizeof *t);
@@ -537,8 +530,8 @@ static int32_t *rand_text(const dd_model *m, int n) {
  * variant within TH_LOGIT_REL of ref, input codes including the pad/initial id V; sampled codes (T 0.9 / top-k 50,
  * c0 sampled and given; greedy) identical to ref on >= 99.9 % of (stream, level) pairs; each stream's codes (and,
  * exact variants, logits, also with 1 thread) the same alone, inside the batch of 64 and inside a batch of 300
- * (> one internal group); a wrong text token changes the logits (the text matters per row). The CUDA backend
- * refuses these models. */
+ * (> one internal group); a wrong text token changes the logits (the text matters per row). On cuda: the latency
+ * executor alone and in groups, the frame kernel for 64 and 300. */
 static void test_moshi_vs_ref(void **state) {
     (void)state;
     const int n = 64, big = 300;
@@ -571,7 +564,6 @@ static void test_moshi_vs_ref(void **state) {
         assert_true(rel_err(one0, l0r, (size_t)V) > 1e-3);
         dd_decoder_free(ref);
         for (int v = 0; v < g_nvar; v++) {
-            if (skip_cuda(v, "tiny-moshi", all_types[t], "per-position")) continue;
             const int exact = g_var[v].row->test.exact_logits;
             dd_decoder *d = th_decoder(m, VAR(v), big, 0);
             th_poison(lx, nl);
@@ -664,12 +656,12 @@ static void test_moshi_inputs(void **state) {
         assert_non_null(strstr(e.msg, "takes no text"));
         dd_decoder_free(dg);
     }
-    /* auto never picks a backend that refuses the model: here cpu (cuda refuses per-position models) */
+    /* auto picks the fastest usable backend for it: cuda where there is a device, else cpu */
     dd_decoder_params p = dd_decoder_default_params();
     dd_decoder *d;
     dd_error e;
     assert_int_equal(dd_decoder_create(&d, m, &p, &e), DD_OK);
-    assert_int_equal(dd_decoder_backend(d), DD_BACKEND_CPU);
+    assert_int_equal(dd_decoder_backend(d), dd_backend_available(DD_BACKEND_CUDA) ? DD_BACKEND_CUDA : DD_BACKEND_CPU);
     dd_decoder_free(d);
     free(h), free(lg);
     dd_model_free(m), dd_model_free(g);
@@ -743,5 +735,6 @@ int main(void) {
         cmocka_unit_test_setup(test_moshi_inputs, th_reseed),
         cmocka_unit_test_setup(test_moshi_quantized, th_reseed),
     };
+    if (getenv("DD_TEST_ONLY") && *getenv("DD_TEST_ONLY")) cmocka_set_test_filter(getenv("DD_TEST_ONLY")); /* e.g. "test_moshi_*" */
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

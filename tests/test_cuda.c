@@ -12,13 +12,15 @@
  *   sample     dd_cuda_sample_host bit-identical to dd_sample_core on many random rows with ties, NaN, +-inf,
  *              rows without a finite logit, every temperature/top-k regime (greedy, K = 1, K >= V, tiny T).
  *   e2e        through the public API against the ref backend: teacher-forced logits within 1e-4 * max|ref|,
- *              decoded codes identical to ref's on >= 99.9% of (stream, level) pairs (tiny GPT and llama models
- *              in every weight type, plus one stream-frame of the GPT-dims and CSM-dims models).
+ *              decoded codes identical to ref's on >= 99.9% of (stream, level) pairs (tiny GPT, llama and Moshi
+ *              models in every weight type, plus one stream-frame of the GPT-, CSM- and Moshi-dims models; Moshi
+ *              with a text token per stream, level-0 logits and pad ids V among the input codes).
  *   invariance a stream decoded alone and inside a batch of 256 (at several rows) gives the same codes, and its
- *              teacher-forced logits are bit-identical (GPT dims bf16 and q8, CSM dims, tiny models); a batch of
- *              512 runs; a stream alone runs on the latency executor, the batch on the frame kernel.
+ *              teacher-forced logits are bit-identical (GPT dims bf16 and q8, CSM dims, tiny models, tiny Moshi);
+ *              a batch of 512 runs; a stream alone runs on the latency executor, the batch on the frame kernel.
  *   executors  the latency executor (lat.cu) against the frame kernel on the same inputs: bit-identical logits,
- *              identical codes (tiny models in every weight type at n 1/3/8; GPT and CSM dims unless quick).
+ *              identical codes (tiny models in every weight type at n 1/3/8, tiny Moshi at n 1/3 and 8/13;
+ *              GPT, CSM and Moshi dims unless quick).
  *   device_api dd_decode_device / dd_score_device on device arrays on a non-blocking stream == dd_decode /
  *              dd_score on the same inputs, bit for bit (tiny GPT and llama models, several weight types, n 1/3/8
  *              on the latency executor and 20 on the frame kernel, c0 given and sampled, greedy and sampled, NULL
@@ -29,7 +31,7 @@
  *   device_errors   a NaN hidden, a c0 or score code out of range: the device call returns DD_OK, writes nothing
  *              (outputs poisoned before), and dd_decoder_sync (or the next host call) returns the host path's
  *              error and message; the first of several failures is the one reported; bad pointers (host memory),
- *              a first call inside a capture.
+ *              a first call inside a capture; a Moshi decoder refused by the device calls (no text argument).
  *   device_api_host_backends  (runs everywhere) ref/cpu decoders refuse the device calls naming the backend.
  * Timings are not tests: depthdec bench, dev/cuda/lat_timeline.cu.
  * DD_TEST_QUICK=1 keeps only small cases (for compute-sanitizer runs); DD_TEST_ONLY=<name> runs one test;
@@ -284,6 +286,26 @@ static float *rand_hidden(const dd_model *m, int n) {
     return h;
 }
 
+/* Moshi's text token per stream (the extra id text_vocab too), or NULL for a model without text */
+static int32_t *rand_text(const dd_model *m, int n) {
+    const int TV = dd_model_config(m)->text_vocab;
+    if (!TV) return NULL;
+    int32_t *t = malloc((size_t)n * sizeof *t);
+    assert_non_null(t);
+    for (int i = 0; i < n; i++) t[i] = i % 7 == 3 ? TV : (int32_t)(rnd64() % (uint64_t)(TV + 1));
+    return t;
+}
+
+/* teacher-forced codes; Moshi's inputs include its tables' pad/initial id V in some rows */
+static int32_t *rand_codes_in(const dd_model *m, int n) {
+    const dd_config *c = dd_model_config(m);
+    const int Q = c->levels;
+    int32_t *codes = th_rand_codes(m, n, Q);
+    if (c->per_position)
+        for (int r = 0; r < n; r += 2) codes[(size_t)r * Q + (r / 2) % Q] = c->codebook_size;
+    return codes;
+}
+
 static long g_pairs, g_agree;
 
 /* cuda vs ref on n streams: logits (score) and codes (decode, sampled and greedy) */
@@ -296,14 +318,14 @@ static void e2e(const char *kind, dd_dtype wt, int n, int full) {
     dd_decoder *ref = make(m, DD_BACKEND_REF, n), *cu = make(m, DD_BACKEND_CUDA, n);
     dd_cuda_test_crossover(cu, n); /* batches up to 8 on the latency executor (not yet the default) */
     float *h = rand_hidden(m, n);
-    int32_t *codes = th_rand_codes(m, n, Q);
+    int32_t *codes = rand_codes_in(m, n), *text = rand_text(m, n);
     size_t nl = (size_t)n * (Q - 1) * V;
     float *lr = malloc(nl * 4), *lc = malloc(nl * 4);
     float *l0r = c->has_head0 ? malloc((size_t)n * V * 4) : NULL, *l0c = c->has_head0 ? malloc((size_t)n * V * 4) : NULL;
     th_poison(lc, nl);
     if (l0c) th_poison(l0c, (size_t)n * V);
-    assert_int_equal(dd_score(ref, n, h, codes, lr, l0r, &e), DD_OK);
-    if (dd_score(cu, n, h, codes, lc, l0c, &e)) fail_msg("score: %s", e.msg);
+    assert_int_equal(dd_score_text(ref, n, h, text, codes, lr, l0r, &e), DD_OK);
+    if (dd_score_text(cu, n, h, text, codes, lc, l0c, &e)) fail_msg("score: %s", e.msg);
     double mx = 0, err = 0;
     for (size_t i = 0; i < nl; i++) {
         mx = fmax(mx, fabs(lr[i]));
@@ -321,9 +343,9 @@ static void e2e(const char *kind, dd_dtype wt, int n, int full) {
     for (int si = 0; si < (full ? 2 : 1); si++)
         for (int withc0 = c->has_head0 && full ? 0 : 1; withc0 <= 1; withc0++) {
             const int32_t *c0 = withc0 ? c0b : NULL;
-            assert_int_equal(dd_decode(ref, n, h, c0, seeds, frames, &ss[si], cr, &e), DD_OK);
+            assert_int_equal(dd_decode_text(ref, n, h, text, c0, seeds, frames, &ss[si], cr, &e), DD_OK);
             for (int i = 0; i < n * Q; i++) cc[i] = -7;
-            if (dd_decode(cu, n, h, c0, seeds, frames, &ss[si], cc, &e)) fail_msg("decode: %s", e.msg);
+            if (dd_decode_text(cu, n, h, text, c0, seeds, frames, &ss[si], cc, &e)) fail_msg("decode: %s", e.msg);
             for (int i = 0; i < n * Q; i++) agree += cc[i] == cr[i];
             pairs += (long)n * Q;
         }
@@ -333,7 +355,8 @@ static void e2e(const char *kind, dd_dtype wt, int n, int full) {
     assert_true(err <= TH_LOGIT_REL * mx);
     g_pairs += pairs;
     g_agree += agree;
-    free(h), free(codes), free(lr), free(lc), free(l0r), free(l0c), free(cr), free(cc), free(seeds), free(frames);
+    free(h), free(codes), free(text), free(lr), free(lc), free(l0r), free(l0c), free(cr), free(cc), free(seeds),
+        free(frames);
     dd_decoder_free(ref);
     dd_decoder_free(cu);
     dd_model_free(m);
@@ -351,9 +374,16 @@ static void test_e2e(void **state) {
             e2e(k ? "tiny-llama" : "tiny-gpt", types[t], g_quick >= 2 ? 2 : g_quick ? 4 : 64, 1);
             if (!g_quick) e2e(k ? "tiny-llama" : "tiny-gpt", types[t], 5, 1); /* on the latency executor */
         }
+    /* Moshi's depformer (per-position weights, text token, level 0 from position 0's head) */
+    for (int t = 0; t < 5; t++) {
+        if (g_quick >= 2 && types[t] != DD_BF16) continue;
+        e2e("tiny-moshi", types[t], g_quick >= 2 ? 2 : g_quick ? 4 : 64, 1); /* the frame kernel (quick: latency) */
+        if (!g_quick) e2e("tiny-moshi", types[t], 3, 1);                     /* the latency executor */
+    }
     if (!g_quick) { /* ref takes seconds per stream-frame at these sizes: score and one sampled decode */
         e2e("gpt", DD_BF16, 1, 0);
         e2e("csm", DD_BF16, 1, 0);
+        e2e("moshi", DD_BF16, 1, 0);
     }
     printf("  codes identical to ref: %ld of %ld (stream, level) pairs = %.4f%%\n", g_agree, g_pairs,
            100.0 * g_agree / g_pairs);
@@ -371,34 +401,36 @@ static void invariance(const char *kind, dd_dtype wt, int B) {
     /* the default executors: alone the latency executor; a batch of up to 48 its groups of <= 8, else the frame
      * kernel */
     float *h = rand_hidden(m, B);
-    int32_t *codes = th_rand_codes(m, B, Q), *out = malloc((size_t)B * Q * 4), one[64];
+    int32_t *codes = rand_codes_in(m, B), *out = malloc((size_t)B * Q * 4), one[64], *text = rand_text(m, B);
     uint64_t *seeds = malloc((size_t)B * 8), *frames = malloc((size_t)B * 8);
     for (int i = 0; i < B; i++) seeds[i] = rnd64(), frames[i] = 1000 + (uint64_t)i;
     dd_sampling s = dd_sampling_default();
     int32_t *c0b = malloc((size_t)B * 4);
     for (int i = 0; i < B; i++) c0b[i] = codes[(size_t)i * Q];
     const int32_t *c0 = c->has_head0 ? NULL : c0b; /* sample c0 on the device when the model can */
-    if (dd_decode(d, B, h, c0, seeds, frames, &s, out, &e)) fail_msg("decode: %s", e.msg);
+    if (dd_decode_text(d, B, h, text, c0, seeds, frames, &s, out, &e)) fail_msg("decode: %s", e.msg);
     size_t nl = (size_t)(Q - 1) * V;
     float *lb = malloc((size_t)B * nl * 4), *l1 = malloc(nl * 4);
-    if (dd_score(d, B, h, codes, lb, NULL, &e)) fail_msg("score: %s", e.msg);
+    if (dd_score_text(d, B, h, text, codes, lb, NULL, &e)) fail_msg("score: %s", e.msg);
     const int rows[] = {0, 1, 137 % B, B - 1};
     for (int ri = 0; ri < 4; ri++) {
         int r = rows[ri];
-        if (dd_decode(d, 1, h + (size_t)r * I, c0 ? c0b + r : NULL, seeds + r, frames + r, &s, one, &e))
+        const int32_t *tr = text ? text + r : NULL;
+        if (dd_decode_text(d, 1, h + (size_t)r * I, tr, c0 ? c0b + r : NULL, seeds + r, frames + r, &s, one, &e))
             fail_msg("decode: %s", e.msg);
         for (int l = 0; l < Q; l++)
             if (one[l] != out[(size_t)r * Q + l])
                 fail_msg("%s %s: stream %d level %d: alone %d, in a batch of %d %d", kind, dd_dtype_name(wt), r, l,
                          one[l], B, out[(size_t)r * Q + l]);
-        if (dd_score(d, 1, h + (size_t)r * I, codes + (size_t)r * Q, l1, NULL, &e)) fail_msg("score: %s", e.msg);
+        if (dd_score_text(d, 1, h + (size_t)r * I, tr, codes + (size_t)r * Q, l1, NULL, &e))
+            fail_msg("score: %s", e.msg);
         for (size_t i = 0; i < nl; i++)
             if (th_bits(l1[i]) != th_bits(lb[(size_t)r * nl + i]))
                 fail_msg("%s %s: stream %d logit %zu: alone %.9g, in a batch of %d %.9g", kind, dd_dtype_name(wt), r,
                          i, l1[i], B, lb[(size_t)r * nl + i]);
     }
     printf("  %-10s %-4s streams alone == inside a batch of %d (codes and logit bits)\n", kind, dd_dtype_name(wt), B);
-    free(h), free(codes), free(out), free(seeds), free(frames), free(c0b), free(lb), free(l1);
+    free(h), free(codes), free(text), free(out), free(seeds), free(frames), free(c0b), free(lb), free(l1);
     dd_decoder_free(d);
     dd_model_free(m);
 }
@@ -408,7 +440,9 @@ static void test_invariance(void **state) {
     NEED_CUDA();
     invariance("tiny-gpt", DD_BF16, g_quick ? 12 : 256);
     invariance("tiny-llama", DD_Q4, g_quick ? 12 : 256);
+    invariance("tiny-moshi", DD_BF16, g_quick ? 12 : 256);
     if (g_quick) return;
+    invariance("tiny-moshi", DD_Q8, 20); /* the latency executor in groups */
     invariance("tiny-gpt", DD_F32, 256);
     invariance("gpt", DD_BF16, 256);
     invariance("gpt", DD_BF16, 20); /* the latency executor in groups */
@@ -428,7 +462,7 @@ static void executors(const char *kind, dd_dtype wt, int n) {
     const int Q = c->levels, V = c->codebook_size;
     dd_decoder *d = make(m, DD_BACKEND_CUDA, n);
     float *h = rand_hidden(m, n);
-    int32_t *codes = th_rand_codes(m, n, Q), *c0 = malloc((size_t)n * 4);
+    int32_t *codes = rand_codes_in(m, n), *c0 = malloc((size_t)n * 4), *text = rand_text(m, n);
     for (int i = 0; i < n; i++) c0[i] = codes[(size_t)i * Q];
     uint64_t *seeds = malloc((size_t)n * 8), *frames = malloc((size_t)n * 8);
     for (int i = 0; i < n; i++) seeds[i] = rnd64(), frames[i] = rnd64() >> 20;
@@ -442,12 +476,13 @@ static void executors(const char *kind, dd_dtype wt, int n) {
         l0[x] = n0 ? malloc(n0 * 4) : NULL;
         for (size_t i = 0; i < nl; i++) lg[x][i] = NAN;
         for (size_t i = 0; i < n0; i++) l0[x][i] = NAN;
-        if (dd_score(d, n, h, codes, lg[x], l0[x], &e)) fail_msg("score: %s", e.msg);
+        if (dd_score_text(d, n, h, text, codes, lg[x], l0[x], &e)) fail_msg("score: %s", e.msg);
         for (int k = 0; k < 4; k++) {
             cd[x][k] = malloc((size_t)n * Q * 4);
             for (int i = 0; i < n * Q; i++) cd[x][k][i] = -7;
             const int32_t *cc = (k & 2) || !c->has_head0 ? c0 : NULL;
-            if (dd_decode(d, n, h, cc, seeds, frames, &ss[k & 1], cd[x][k], &e)) fail_msg("decode: %s", e.msg);
+            if (dd_decode_text(d, n, h, text, cc, seeds, frames, &ss[k & 1], cd[x][k], &e))
+                fail_msg("decode: %s", e.msg);
         }
     }
     for (size_t i = 0; i < nl; i++)
@@ -467,7 +502,7 @@ static void executors(const char *kind, dd_dtype wt, int n) {
         free(lg[x]), free(l0[x]);
         for (int k = 0; k < 4; k++) free(cd[x][k]);
     }
-    free(h), free(codes), free(c0), free(seeds), free(frames);
+    free(h), free(codes), free(c0), free(text), free(seeds), free(frames);
     dd_decoder_free(d);
     dd_model_free(m);
 }
@@ -487,6 +522,16 @@ static void test_executors(void **state) {
     executors("tiny-qwen3", DD_BF16, 1);
     executors("tiny-qwen3", DD_Q8, 3);
     if (g_quick < 2) executors("tiny-qwen3", DD_Q4, 8);
+    /* Moshi's depformer: per-position slices of every linear, the text row, in_proj per pass, no final norm */
+    for (int t = 0; t < 5; t++)
+        for (int i = 0; i < 2; i++) {
+            if (g_quick >= 2 && types[t] != DD_BF16 && types[t] != DD_Q4) continue;
+            executors("tiny-moshi", types[t], ns[i]);
+        }
+    if (g_quick < 2) {
+        executors("tiny-moshi", DD_BF16, 8);
+        executors("tiny-moshi", DD_Q8, 13); /* groups (7, 6) */
+    }
     if (g_quick < 2) { /* over 8 streams: the latency executor in groups (3 of 7, 7, 6; 2 of 6, 5) */
         executors("tiny-gpt", DD_BF16, 20);
         executors("tiny-llama", DD_Q4, 11);
@@ -500,6 +545,9 @@ static void test_executors(void **state) {
     executors("csm", DD_BF16, 5);
     executors("csm", DD_Q8, 1);
     executors("gpt", DD_BF16, 17);
+    executors("moshi", DD_BF16, 1);
+    executors("moshi", DD_BF16, 8);
+    executors("moshi", DD_Q4, 2);
 }
 
 
@@ -849,8 +897,26 @@ static void test_device_errors(void **state) {
     CUDA_OK(cudaGraphDestroy(g));
     if (dd_decode_device(d, 2, dh, NULL, NULL, NULL, NULL, dout, stream, &e) || dd_decoder_sync(d, &e))
         fail_msg("after the capture: %s", e.msg);
+    dd_decoder_free(d);
+    dd_model_free(m);
+    /* Moshi's depformer needs a text token per stream, which the device calls cannot take: refused by name */
+    if (dd_model_synthetic(&m, "tiny-moshi", DD_BF16, rnd64(), &e)) fail_msg("%s", e.msg);
+    c = dd_model_config(m);
+    d = make(m, DD_BACKEND_CUDA, 2);
+    float *dh2 = dalloc((size_t)2 * c->input_dim * 4), *dl2 = dalloc((size_t)2 * c->levels * c->codebook_size * 4);
+    int32_t *dout2 = dalloc((size_t)2 * c->levels * 4);
+    CUDA_OK(cudaMemset(dh2, 0, (size_t)2 * c->input_dim * 4));
+    CUDA_OK(cudaMemset(dout2, 0, (size_t)2 * c->levels * 4));
+    st = dd_decode_device(d, 2, dh2, NULL, NULL, NULL, NULL, dout2, stream, &e);
+    if (st != DD_EUNSUPPORTED || !strstr(e.msg, "text") || !strstr(e.msg, "dd_decode_device"))
+        fail_msg("Moshi on dd_decode_device: %d %s", st, e.msg);
+    st = dd_score_device(d, 2, dh2, dout2, dl2, NULL, stream, &e);
+    if (st != DD_EUNSUPPORTED || !strstr(e.msg, "text") || !strstr(e.msg, "dd_score_device"))
+        fail_msg("Moshi on dd_score_device: %d %s", st, e.msg);
+    printf("  tiny-moshi: the device calls refused (%s)\n", e.msg);
+    if (dd_decoder_sync(d, &e)) fail_msg("sync after refused Moshi calls: %s", e.msg);
     CUDA_OK(cudaStreamDestroy(stream));
-    cudaFree(dh), cudaFree(dout);
+    cudaFree(dh), cudaFree(dout), cudaFree(dh2), cudaFree(dl2), cudaFree(dout2);
     dd_decoder_free(d);
     dd_model_free(m);
 }

@@ -14,6 +14,10 @@
  *              fc1 (norm2 prologue, GELU or SwiGLU) | fc2 (+ residual)
  *   head (final norm prologue, last position of each stream) [+ sample and gather of the next input, fused]
  * with a grid barrier at each '|'.
+ * Moshi's depformer (per-position weights, docs/semantics.md; build_per_position): Q passes of one position, pass p
+ * with slice p of every matrix: its input row is gathered (pass 0: text_embed[t]; pass p: code table p - 1 at
+ * c(p-1), by the previous pass's sampler), then in_proj[p] . h is added to it (a linear with the row as its
+ * residual); the layers; head p without a norm; sample level p (and gather pass p + 1's row).
  */
 #include "cu_state.cuh"
 
@@ -91,12 +95,101 @@ static cu_sample *push_gather(prog *p, const cu_raw *table, int row_off, float *
  * block of the qkv / head linear (cu_op.lin.fuse) was slower on the H200 — 13.37 vs 11.17 ms/frame, GPT bf16 batch
  * 1 — and is no longer selectable; the frame kernel keeps its code until the new executors replace it.) */
 
-static void build(cu_state *st, const dd_model *m, int variant, prog *p) {
+/* The layers of one pass over st->x (P positions per stream, positions p0 ..), with the weights of layer entries
+ * e0 .. e0 + L - 1 (e0 = p L: slice p of a per-position model, else 0). */
+static void push_layers(cu_state *st, const dd_model *m, prog *p, int e0, int P, int p0) {
     const dd_config *c = &m->cfg;
-    const int D = c->dim, I = c->input_dim, H = c->heads, KV = c->kv_heads, HD = c->head_dim, F = c->ffn_dim,
-              V = c->codebook_size, Q = c->levels, L = c->layers, B = st->B;
+    const int D = c->dim, H = c->heads, KV = c->kv_heads, HD = c->head_dim, F = c->ffn_dim, Q = c->levels,
+              L = c->layers, B = st->B;
     const int qw = (H + 2 * KV) * HD, aw = H * HD, kvw = KV * HD, gpt = c->block == DD_BLOCK_GPT;
     const int nrm = gpt ? DD_NORM_LAYER : DD_NORM_RMS;
+    const float eps = c->norm_eps;
+    for (int li = 0; li < L; li++) {
+        const int e = e0 + li;
+        push_lin(p, &st->qkv[e], st->bqkv[e], NULL, nrm, st->n1w[e], st->n1b[e], eps, DD_ACT_NONE, st->x, D, st->qkvb,
+                 qw, NULL, 0, NULL, 0, P, 1);
+        cu_op *oa = push(p, CU_OP_ATTEND, 1);
+        cu_attend *A = &oa->att;
+        A->qkv = st->qkvb;
+        A->out = st->att;
+        A->kc = st->kc + (size_t)li * B * Q * kvw;
+        A->vc = st->vc + (size_t)li * B * Q * kvw;
+        A->cstride = (size_t)Q * kvw;
+        A->P = P;
+        A->p0 = p0;
+        A->H = H;
+        A->KVH = KV;
+        A->HD = HD;
+        A->rope = st->rope;
+        A->qn = st->qn[e];
+        A->kn = st->kn[e];
+        A->qk_eps = eps;
+        push_lin(p, &st->wo[e], st->bo[e], NULL, DD_NORM_NONE, NULL, NULL, eps, DD_ACT_NONE, st->att, aw, st->x, D,
+                 st->x, D, NULL, 0, P, 1);
+        push_lin(p, &st->fc1[e], st->b1[e], NULL, nrm, st->n2w[e], st->n2b[e], eps, gpt ? DD_ACT_GELU : DD_ACT_SWIGLU,
+                 st->x, D, st->ff, F, NULL, 0, NULL, 0, P, 1);
+        push_lin(p, &st->fc2[e], st->b2[e], NULL, DD_NORM_NONE, NULL, NULL, eps, DD_ACT_NONE, st->ff, F, st->x, D,
+                 st->x, D, NULL, 0, P, 1);
+    }
+}
+
+/* Moshi's frame (the file comment; plan.c per_position_frame; ref.c frame_per_position): Q passes of one position.
+ * The input row of pass p: the gather writes the table row into x, then in_proj[p] . h is added to it (x as the
+ * linear's residual: the same fl(acc + row) as the latency executor). The head of pass 0 is skipped when c0 is
+ * given or its logits are not wanted; its keys and values are still needed. st->logits is [B, Q, V] here. */
+static void build_per_position(cu_state *st, const dd_model *m, int variant, prog *p) {
+    const dd_config *c = &m->cfg;
+    const int D = c->dim, I = c->input_dim, V = c->codebook_size, Q = c->levels, L = c->layers;
+    const float eps = c->norm_eps;
+    const float *hidden = (const float *)st->d_in;
+    int32_t *codes_out = (int32_t *)(st->d_out + 8);
+    const int32_t *codes_in = (const int32_t *)(st->d_in + st->off_codes_in);
+    const int32_t *c0 = (const int32_t *)(st->d_in + st->off_c0);
+    const int32_t *text = (const int32_t *)(st->d_in + st->off_text);
+    const int decode = variant == PROG_DECODE_C0 || variant == PROG_DECODE;
+    /* pass 0's row: text_embed[t] */
+    cu_sample *S = push_gather(p, &st->text, 0, st->x, D, NULL, 1);
+    S->forced = 1;
+    S->code_in = text;
+    S->ldi = 1;
+    for (int l = 0; l < Q; l++) {
+        push_lin(p, &st->inps[l], NULL, NULL, DD_NORM_NONE, NULL, NULL, eps, DD_ACT_NONE, hidden, I, st->x, D, st->x, D,
+                 NULL, 0, 1, 1);
+        push_layers(st, m, p, l * L, 1, l);
+        const int given0 = l == 0 && variant == PROG_DECODE_C0;
+        if (l > 0 || variant == PROG_DECODE || variant == PROG_SCORE_L0) /* no final norm */
+            push_lin(p, &st->heads[l], NULL, NULL, DD_NORM_NONE, NULL, NULL, eps, DD_ACT_NONE, st->x, D,
+                     st->logits + (size_t)l * V, Q * V, NULL, 0, NULL, 0, 1, 1);
+        const int last = l == Q - 1;
+        if (!decode && last) continue;
+        /* level l's code (sampled, given or teacher-forced), and pass l + 1's row: code table l at it */
+        S = push_gather(p, &st->table, l * m->embed_rows, st->x, D, NULL, 1);
+        S->gather = !last;
+        S->level = l;
+        if (decode && !given0) {
+            S->logits = st->logits + (size_t)l * V;
+            S->ldl = Q * V;
+            S->V = V;
+            S->code_out = codes_out + l;
+            S->ldo = Q;
+        } else {
+            S->forced = 1;
+            S->code_in = given0 ? c0 : codes_in + l;
+            S->ldi = given0 ? 1 : Q;
+            S->code_out = decode ? codes_out : NULL;
+            S->ldo = Q;
+        }
+    }
+}
+
+static void build(cu_state *st, const dd_model *m, int variant, prog *p) {
+    const dd_config *c = &m->cfg;
+    if (c->per_position) {
+        build_per_position(st, m, variant, p);
+        return;
+    }
+    const int D = c->dim, I = c->input_dim, V = c->codebook_size, Q = c->levels, B = st->B;
+    const int nrm = c->block == DD_BLOCK_GPT ? DD_NORM_LAYER : DD_NORM_RMS;
     const float eps = c->norm_eps;
     const float *hidden = (const float *)st->d_in;
     int32_t *codes_out = (int32_t *)(st->d_out + 8);
@@ -140,32 +233,7 @@ static void build(cu_state *st, const dd_model *m, int variant, prog *p) {
     }
     for (int l = 1; l < Q; l++) {
         const int P = l == 1 ? 2 : 1, p0 = l == 1 ? 0 : l;
-        for (int li = 0; li < L; li++) {
-            push_lin(p, &st->qkv[li], st->bqkv[li], NULL, nrm, st->n1w[li], st->n1b[li], eps,
-                                     DD_ACT_NONE, st->x, D, st->qkvb, qw, NULL, 0, NULL, 0, P, 1);
-            cu_op *oa = push(p, CU_OP_ATTEND, 1);
-            cu_attend *A = &oa->att;
-            A->qkv = st->qkvb;
-            A->out = st->att;
-            A->kc = st->kc + (size_t)li * B * Q * kvw;
-            A->vc = st->vc + (size_t)li * B * Q * kvw;
-            A->cstride = (size_t)Q * kvw;
-            A->P = P;
-            A->p0 = p0;
-            A->H = H;
-            A->KVH = KV;
-            A->HD = HD;
-            A->rope = st->rope;
-            A->qn = st->qn[li];
-            A->kn = st->kn[li];
-            A->qk_eps = eps;
-            push_lin(p, &st->wo[li], st->bo[li], NULL, DD_NORM_NONE, NULL, NULL, eps, DD_ACT_NONE, st->att, aw, st->x,
-                     D, st->x, D, NULL, 0, P, 1);
-            push_lin(p, &st->fc1[li], st->b1[li], NULL, nrm, st->n2w[li], st->n2b[li], eps,
-                     gpt ? DD_ACT_GELU : DD_ACT_SWIGLU, st->x, D, st->ff, F, NULL, 0, NULL, 0, P, 1);
-            push_lin(p, &st->fc2[li], st->b2[li], NULL, DD_NORM_NONE, NULL, NULL, eps, DD_ACT_NONE, st->ff, F, st->x,
-                     D, st->x, D, NULL, 0, P, 1);
-        }
+        push_layers(st, m, p, 0, P, p0);
         /* head of level l on the last position of each stream */
         push_lin(p, &st->heads[l - 1], NULL, NULL, nrm, st->norm_w, st->norm_b, eps, DD_ACT_NONE,
                                  st->x + (size_t)(P - 1) * D, P * D, st->logits + (size_t)(l - 1) * V, (Q - 1) * V,
@@ -209,25 +277,29 @@ static dd_status upload_weights(cu_state *st, const dd_model *m, dd_error *err) 
     dd_status s = DD_OK;
     void ***A = &st->allocs;
     int *NA = &st->nallocs;
-    st->qkv = (cu_mat *)calloc((size_t)L * 4 + Q, sizeof(cu_mat));
-    st->bqkv = (float **)calloc((size_t)L * 10, sizeof(float *));
+    /* layer entries (cu_state): the model's layer array as it is, m->layer[p L + li] = slice p of layer li */
+    const int ns = m->nslices, NE = ns * L, nh = c->per_position ? Q : Q - 1;
+    st->ns = ns;
+    st->qkv = (cu_mat *)calloc((size_t)NE * 4 + 2 * (size_t)Q, sizeof(cu_mat));
+    st->bqkv = (float **)calloc((size_t)NE * 10, sizeof(float *));
     if (!st->qkv || !st->bqkv) return dd_fail(err, DD_ENOMEM, "backend cuda: out of memory");
-    st->wo = st->qkv + L;
-    st->fc1 = st->wo + L;
-    st->fc2 = st->fc1 + L;
-    st->heads = st->fc2 + L;
-    st->bo = st->bqkv + L;
-    st->b1 = st->bo + L;
-    st->b2 = st->b1 + L;
-    st->n1w = st->b2 + L;
-    st->n1b = st->n1w + L;
-    st->n2w = st->n1b + L;
-    st->n2b = st->n2w + L;
-    st->qn = st->n2b + L;
-    st->kn = st->qn + L;
+    st->wo = st->qkv + NE;
+    st->fc1 = st->wo + NE;
+    st->fc2 = st->fc1 + NE;
+    st->heads = st->fc2 + NE;
+    st->inps = c->per_position ? st->heads + Q : NULL;
+    st->bo = st->bqkv + NE;
+    st->b1 = st->bo + NE;
+    st->b2 = st->b1 + NE;
+    st->n1w = st->b2 + NE;
+    st->n1b = st->n1w + NE;
+    st->n2w = st->n1b + NE;
+    st->n2b = st->n2w + NE;
+    st->qn = st->n2b + NE;
+    st->kn = st->qn + NE;
     float *tmp = (float *)calloc((size_t)qw, sizeof(float));
     if (!tmp) return dd_fail(err, DD_ENOMEM, "backend cuda: out of memory");
-    for (int li = 0; li < L && !s; li++) {
+    for (int li = 0; li < NE && !s; li++) {
         const dd_layer *l = &m->layer[li];
         cu_rows q[3] = {{&l->wq, 0, l->wq.rows}, {&l->wk, 0, l->wk.rows}, {&l->wv, 0, l->wv.rows}};
         cu_rows ro[1] = {{&l->wo, 0, l->wo.rows}}, r2[1] = {{&l->fc2, 0, l->fc2.rows}};
@@ -256,13 +328,20 @@ static dd_status upload_weights(cu_state *st, const dd_model *m, dd_error *err) 
     }
     free(tmp);
     if (s) return s;
-    for (int l = 1; l < Q; l++) {
-        cu_rows r = {&m->heads, (int64_t)(l - 1) * V, V};
-        if ((s = cu_mat_upload(&st->heads[l - 1], &r, 1, 0, A, NA, err))) return s;
+    for (int h = 0; h < nh; h++) { /* head h at rows h V */
+        cu_rows r = {&m->heads, (int64_t)h * V, V};
+        if ((s = cu_mat_upload(&st->heads[h], &r, 1, 0, A, NA, err))) return s;
     }
-    cu_rows rh[1] = {{&m->head0, 0, m->head0.rows}}, ri[1] = {{&m->in_proj, 0, m->in_proj.rows}};
-    if (c->has_head0 && (s = cu_mat_upload(&st->head0, rh, 1, 0, A, NA, err))) return s;
-    if (c->has_in_proj && (s = cu_mat_upload(&st->in_proj, ri, 1, 0, A, NA, err))) return s;
+    if (c->per_position) { /* Moshi: no head0 (position 0's head samples c0); in_proj [Q D, I] in Q slices */
+        for (int p = 0; p < Q; p++) {
+            cu_rows r = {&m->in_proj, (int64_t)p * D, D};
+            if ((s = cu_mat_upload(&st->inps[p], &r, 1, 0, A, NA, err))) return s;
+        }
+    } else {
+        cu_rows rh[1] = {{&m->head0, 0, m->head0.rows}}, ri[1] = {{&m->in_proj, 0, m->in_proj.rows}};
+        if (c->has_head0 && (s = cu_mat_upload(&st->head0, rh, 1, 0, A, NA, err))) return s;
+        if (c->has_in_proj && (s = cu_mat_upload(&st->in_proj, ri, 1, 0, A, NA, err))) return s;
+    }
     if ((s = cu_upload_f32(&st->in_bias, m->in_bias, D, A, NA, err)) ||
         (s = cu_upload_f32(&st->pos, m->pos, (size_t)Q * D, A, NA, err)) ||
         (s = cu_upload_f32(&st->norm_w, m->norm_w, D, A, NA, err)) ||
@@ -328,8 +407,6 @@ static dd_status cuda_init(dd_decoder *d, dd_error *err) {
     d->impl = st;
     if (c->levels > 64 || c->heads > 256)
         return dd_fail(err, DD_EUNSUPPORTED, "backend cuda: more than 64 levels or 256 heads");
-    if (c->per_position) /* issue 17: Moshi's per-position weights and text token are not in the CUDA programs yet */
-        return dd_fail(err, DD_EUNSUPPORTED, "backend cuda: Moshi's per-position weights are not implemented on CUDA yet (use --backend cpu)");
     const int B = d->max_batch, D = c->dim, I = c->input_dim, H = c->heads, KV = c->kv_heads, HD = c->head_dim,
               F = c->ffn_dim, V = c->codebook_size, Q = c->levels, L = c->layers;
     st->B = B;
@@ -357,6 +434,8 @@ static dd_status cuda_init(dd_decoder *d, dd_error *err) {
     off += (size_t)B * 4;
     st->off_codes_in = off;
     off += (size_t)B * Q * 4;
+    st->off_text = off;
+    off += c->text_vocab ? (size_t)B * 4 : 0;
     st->in_bytes = off;
     ALLOC(st->d_in, st->in_bytes);
     ALLOC(st->d_out, 8 + (size_t)B * Q * 4);
@@ -371,7 +450,7 @@ static dd_status cuda_init(dd_decoder *d, dd_error *err) {
     ALLOC(st->qkvb, (size_t)2 * B * qw * 4);
     ALLOC(st->att, (size_t)2 * B * H * HD * 4);
     ALLOC(st->ff, (size_t)2 * B * F * 4);
-    ALLOC(st->logits, (size_t)B * (Q - 1) * V * 4);
+    ALLOC(st->logits, (size_t)B * (c->per_position ? Q : Q - 1) * V * 4);
     ALLOC(st->logits0, (size_t)B * V * 4);
     ALLOC(st->kc, (size_t)L * B * Q * KV * HD * 4);
     ALLOC(st->vc, (size_t)L * B * Q * KV * HD * 4);
@@ -381,6 +460,9 @@ static dd_status cuda_init(dd_decoder *d, dd_error *err) {
     } else if ((s = cu_raw_upload(&st->table, &m->embed, 0, m->embed.rows, &st->allocs, &st->nallocs, err))) {
         return s;
     }
+    if (c->per_position &&
+        (s = cu_raw_upload(&st->text, &m->text_embed, 0, m->text_embed.rows, &st->allocs, &st->nallocs, err)))
+        return s;
     for (int v = 0; v < NPROG; v++) {
         if ((v == PROG_DECODE || v == PROG_SCORE_L0) && !c->has_head0) continue;
         prog p = {0};
@@ -465,13 +547,13 @@ dd_status cu_launch_frame(cu_state *st, int v, int n, float temp, int topk, cuda
 
 /* the host path: inputs through the pinned h_in (one upload), then the frame, on the legacy stream */
 static dd_status run(cu_state *st, int v, int n, const float *hidden, const int32_t *c0, const int32_t *codes_in,
-                     const uint64_t *seeds, const uint64_t *frames, const dd_sampling *s, int Q, int I,
-                     dd_error *err) {
+                     const int32_t *text, const uint64_t *seeds, const uint64_t *frames, const dd_sampling *s, int Q,
+                     int I, dd_error *err) {
     dd_status r = cu_devapi_pending(st, err); /* an earlier device-API frame's error, after waiting for it */
     if (r) return r;
     memcpy(st->h_in, hidden, (size_t)n * I * 4);
     size_t hi_end = (size_t)n * I * 4;
-    /* the tail of the block: seeds, frames, c0, codes at their fixed offsets (for max_batch) */
+    /* the tail of the block: seeds, frames, c0, codes, text at their fixed offsets (for max_batch) */
     uint64_t *hs = (uint64_t *)(st->h_in + st->off_seeds), *hf = (uint64_t *)(st->h_in + st->off_frames);
     for (int i = 0; i < n; i++) {
         hs[i] = seeds ? seeds[i] : 0;
@@ -479,6 +561,7 @@ static dd_status run(cu_state *st, int v, int n, const float *hidden, const int3
     }
     if (c0) memcpy(st->h_in + st->off_c0, c0, (size_t)n * 4);
     if (codes_in) memcpy(st->h_in + st->off_codes_in, codes_in, (size_t)n * Q * 4);
+    if (text) memcpy(st->h_in + st->off_text, text, (size_t)n * 4); /* Moshi (checked: d->text of the call) */
     size_t tail = st->in_bytes - st->off_seeds;
     CU_TRY(cudaMemcpyAsync(st->d_in, st->h_in, hi_end, cudaMemcpyHostToDevice, 0), err, "input upload");
     CU_TRY(cudaMemcpyAsync(st->d_in + st->off_seeds, st->h_in + st->off_seeds, tail, cudaMemcpyHostToDevice, 0), err,
@@ -492,7 +575,7 @@ static dd_status cuda_decode(dd_decoder *d, int n, const float *hidden, const in
     const dd_config *c = &d->m->cfg;
     const int Q = c->levels;
     int v = c0 ? PROG_DECODE_C0 : PROG_DECODE;
-    dd_status r = run(st, v, n, hidden, c0, NULL, seeds, frames, s, Q, c->input_dim, err);
+    dd_status r = run(st, v, n, hidden, c0, NULL, d->text, seeds, frames, s, Q, c->input_dim, err);
     if (r) return r;
     size_t ob = 8 + (size_t)n * Q * 4;
     CU_TRY(cudaMemcpyAsync(st->h_out, st->d_out, ob, cudaMemcpyDeviceToHost, 0), err, "result download");
@@ -508,11 +591,19 @@ static dd_status cuda_score(dd_decoder *d, int n, const float *hidden, const int
     const dd_config *c = &d->m->cfg;
     const int Q = c->levels, V = c->codebook_size;
     int v = logits0 ? PROG_SCORE_L0 : PROG_SCORE;
-    dd_status r = run(st, v, n, hidden, NULL, codes, NULL, NULL, NULL, Q, c->input_dim, err);
+    dd_status r = run(st, v, n, hidden, NULL, codes, d->text, NULL, NULL, NULL, Q, c->input_dim, err);
     if (r) return r;
     CU_TRY(cudaMemcpyAsync(st->h_out, st->d_out, 8, cudaMemcpyDeviceToHost, 0), err, "result download");
     CU_TRY(cudaStreamSynchronize(0), err, "frame kernel");
     if ((r = cu_check_error_words(&st->sc, (const int *)st->h_out, err))) return r;
+    if (c->per_position) { /* st->logits [n, Q, V]: levels 1 .. Q-1, and level 0 (position 0's head) */
+        const size_t lb = (size_t)V * 4;
+        CU_TRY(cudaMemcpy2D(logits, (Q - 1) * lb, st->logits + V, Q * lb, (Q - 1) * lb, n, cudaMemcpyDeviceToHost),
+               err, "logits");
+        if (logits0)
+            CU_TRY(cudaMemcpy2D(logits0, lb, st->logits, Q * lb, lb, n, cudaMemcpyDeviceToHost), err, "logits0");
+        return DD_OK;
+    }
     CU_TRY(cudaMemcpy(logits, st->logits, (size_t)n * (Q - 1) * V * 4, cudaMemcpyDeviceToHost), err, "logits");
     if (logits0) CU_TRY(cudaMemcpy(logits0, st->logits0, (size_t)n * V * 4, cudaMemcpyDeviceToHost), err, "logits0");
     return DD_OK;

@@ -15,18 +15,23 @@ typedef struct cu_state {
     int nallocs;
     cu_scratch sc;
     int B;
-    /* weights */
-    cu_mat head0, in_proj, *qkv, *wo, *fc1, *fc2, *heads;
+    /* weights. Layer matrices and vectors are per layer entry: ns entries of L layers, entry p L + li = layer li
+     * of slice p (ns = 1; per-position models, Moshi: ns = Q, pass p uses slice p, as dd_model_layer) */
+    int ns;
+    cu_mat head0, in_proj, *qkv, *wo, *fc1, *fc2, *heads; /* heads [Q-1], level l at l - 1; Moshi [Q], at l */
+    cu_mat *inps; /* Moshi: in_proj's slices [Q] (position p's at p; in_proj unused), else NULL */
     float *in_bias, *pos, *norm_w, *norm_b;
     float **bqkv, **bo, **b1, **b2, **n1w, **n1b, **n2w, **n2b;
     float **qn, **kn; /* Qwen3: per-layer q/k norm weights [HD], NULL otherwise */
-    cu_raw table; /* gather table of code embeddings: native embed, or CSM in(table) (float32) */
+    cu_raw table; /* gather table of code embeddings: native embed (Moshi: V + 1 rows a level), or CSM in(table)
+                   * (float32) */
+    cu_raw text;  /* Moshi: text_embed [text_vocab + 1, D], position 0's table (row = the frame's text token) */
     double *rope;
     /* activations */
-    float *x, *qkvb, *att, *ff, *logits, *logits0, *kc, *vc;
-    /* packed io: in = hidden | seeds | frames | c0 | codes_in ; out = err[2] | codes */
+    float *x, *qkvb, *att, *ff, *logits, *logits0, *kc, *vc; /* logits [B, Q-1, V]; Moshi [B, Q, V], level 0 too */
+    /* packed io: in = hidden | seeds | frames | c0 | codes_in | text (Moshi) ; out = err[2] | codes */
     uint8_t *d_in, *h_in, *d_out, *h_out;
-    size_t off_seeds, off_frames, off_c0, off_codes_in, in_bytes;
+    size_t off_seeds, off_frames, off_c0, off_codes_in, off_text, in_bytes;
     cu_op *h_prog[NPROG], *d_prog[NPROG];
     int nprog[NPROG];
     lt_exec *lt; /* the latency executor (small batches), or NULL */

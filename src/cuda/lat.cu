@@ -17,6 +17,11 @@
  *     weights that fit in L2 (so q4/q8 layers stay resident over the 31 passes) and evict_first for the rest; the
  *     16 compute warps find a step's weights already on chip when its inputs arrive.
  *   - Sampling without a hop: the SM that samples a stream also gathers the next input row and publishes it.
+ *   - One op list for every pass: the host plans a prelude and one pass (steps, pieces); pass l reads its
+ *     per-pass matrices (the heads; with per-position weights, Moshi, every linear) from slice l - l0 and its
+ *     epoch is ebase + l. Usual models: prelude at l0 = 1 (head0, in(h), emb0(c0)), passes 1 .. Q-1 (pass 1 with
+ *     two positions). Moshi: prelude at l0 = 0 (text_embed[t]), passes 0 .. Q-1 of one position, each starting
+ *     with in_proj[l] . h added to the row the previous pass's sampler gathered (docs/semantics.md).
  * Numerics are those of the frame kernel, bit for bit (the same device functions: norm statistics and
  * normalisation, the bf16 split, the mma.sync term order, chunk partials summed in chunk order, the epilogue, the
  * attention arithmetic, the sampler), so a stream's logits do not depend on which executor ran it
@@ -62,22 +67,23 @@ typedef struct lt_op {
     int kind;
     int tok_n;    /* tokens: n (else n P, P = 2 new positions in pass 1, else 1) */
     int in_last;  /* token s reads input row s P + P - 1 (the head: last position of each stream) */
-    int in_plain; /* input rows are plain floats (the hidden states), else LL words */
+    int in_plain; /* input rows are plain floats (the hidden states: the prelude's linears, Moshi's in_proj in
+                   * every pass), else LL words */
     const void *in;
     int ldin;
     int ldo, out_mul, out_off;
     u64 *out; /* LL output, row t out_mul + out_off */
     union {
         struct { /* linear: y = epilogue(norm(x) W^T) */
-            cu_mat w;
-            const cu_mat *wl; /* per-level matrices (heads): w = wl[l - 1] */
+            cu_mat w;         /* the matrix; with wl its slice 0 (the slices share shape and type) */
+            const cu_mat *wl; /* per-pass slices (device): pass l uses wl[l - P.l0] (heads; Moshi: every linear) */
             const float *bias, *bias2, *nw, *nb;
             float eps;
             int norm, act;
             int whole;  /* the whole input row is staged at once (norm statistics need it) */
             int keep;   /* weights L2 evict_last (resident over the passes), else evict_first */
             int ldof, ldr, lda;
-            float *outf; /* plain output (score): row t, + (l - 1) outf_lvl */
+            float *outf; /* plain output (score): row t, + (l - P.l0) outf_lvl */
             long long outf_lvl;
             const u64 *res;   /* residual (LL, rows t) */
             const float *add; /* learned position (plain), row t lda (lda 0: one row) */
@@ -94,10 +100,12 @@ typedef struct lt_op {
         struct { /* sample (or take the given code) and gather the next input row into out */
             int V, level; /* level < 0: the pass index */
             int forced, wait_logits, code_is_stream;
-            int ldi, ldco, table_lvl, pos_lvl, D, Q;
+            int ldi, ldco, table_ld, pos_lvl, D, Q;
+            int eo;           /* the gathered row's epoch: ebase + level + eo (1: the next pass's; Moshi's text: 0) */
             const int32_t *code_in;
+            const int32_t *code0; /* Moshi, c0 given: level 0's code is code0[row] (position 0's head still ran) */
             int32_t *code_out;
-            cu_raw table;     /* gathered row = code + level V (table_lvl) */
+            cu_raw table;     /* gathered row = code + level table_ld */
             const float *pos; /* + level pos_lvl */
         };
     };
@@ -110,13 +118,14 @@ typedef struct lt_step {
                      * 2 chunks [h, NC) continuing that sum (polled before the first fold), then the epilogue */
 } lt_step;
 /* A weight piece: chunks [c0, c1) (of CU_CKT k-tiles) of the step's m-tiles, with its copies precomputed: nmt
- * copies of fbytes from frag + i fstride, then (QINT) nmt of sbytes from sb + i sstride. Head pieces (hl) take
- * their bases from the level's matrix (P.hbase[2 (l - 1)] + frag offset, ...[+1] + sb offset). */
+ * copies of fbytes from frag + i fstride, then (QINT) nmt of sbytes from sb + i sstride. Pieces of an op with
+ * per-pass slices (wl) take their bases from the pass's slice (wl[l - P.l0].frag + frag offset, .sb + sb offset). */
 typedef struct lt_piece {
     int step, c0, c1, bytes;
-    int nmt, fbytes, sbytes, keep, hl;
+    int nmt, fbytes, sbytes, keep;
     long long fstride, sstride;
-    const uint8_t *frag, *sb; /* (offsets when hl) */
+    const uint8_t *frag, *sb; /* (offsets when wl) */
+    const cu_mat *wl;         /* the op's slices (device), or NULL */
 } lt_piece;
 typedef struct lt_sm {
     int s0, s1, t0, t1; /* prelude steps, pass steps */
@@ -128,8 +137,9 @@ typedef struct lt_params {
     const lt_step *steps;
     const lt_piece *pieces;
     const lt_sm *sms;
-    const uint8_t *const *hbase; /* per level: head frag, head sb */
     int nops, n, Q;
+    int l0; /* the prelude's pass and the first pass: 1 (passes 1 .. Q-1, two positions in pass 1); per-position
+             * models (Moshi) 0 (passes 0 .. Q-1 of one position each). Slices and outf levels are l - l0. */
     int r0; /* the decoder's row of this launch's stream 0 (a batch over LT_MAX_N runs as groups: lt_run) */
     float temp;
     int topk;
@@ -260,6 +270,9 @@ extern __shared__ __align__(128) uint8_t lt_dsm[];
 __shared__ lt_params lt_P;            /* the launch's parameters, copied once */
 __shared__ int lt_pcs_off, lt_pcs_p0; /* where this SM's piece ranges start in the steps area; its first piece */
 
+/* positions per stream of pass l: 2 in pass 1 when the prelude feeds it in(h) and emb0(c0), else 1 */
+__device__ __forceinline__ int lt_npos(int l) { return l == 1 && lt_P.l0 == 1 ? 2 : 1; }
+
 __device__ __forceinline__ lt_smem lt_S(void) {
     lt_smem S;
     uint8_t *m = lt_dsm + LT_OFF_MISC;
@@ -349,10 +362,10 @@ __device__ __forceinline__ void lt_poll_runs(unsigned E, int nruns, int len, int
 __device__ __forceinline__ int lt_piece_at(const lt_sm &me, int v, int &l) {
     const int npre = me.p1 - me.p0, npass = me.q1 - me.q0;
     if (v < npre) {
-        l = 1;
+        l = lt_P.l0;
         return me.p0 + v;
     }
-    l = 1 + (v - npre) / npass;
+    l = lt_P.l0 + (v - npre) / npass;
     return me.q0 + (v - npre) % npass;
 }
 
@@ -360,7 +373,7 @@ __device__ void lt_producer(const lt_sm me) {
     const lt_params &P = lt_P;
     const lt_smem S = lt_S();
     const int npre = me.p1 - me.p0, npass = me.q1 - me.q0;
-    const int total = npre + (npass > 0 ? npass * (P.Q - 1) : 0);
+    const int total = npre + (npass > 0 ? npass * (P.Q - P.l0) : 0);
     u64 keep, drop;
     asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(keep));
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(drop));
@@ -372,7 +385,7 @@ __device__ void lt_producer(const lt_sm me) {
             done++;
         }
     };
-    int lnx = 1;
+    int lnx = P.l0;
     lt_piece nx;
     if (total > 0) nx = P.pieces[lt_piece_at(me, 0, lnx)];
     for (int v = 0; v < total; v++) {
@@ -380,9 +393,10 @@ __device__ void lt_producer(const lt_sm me) {
         const int l = lnx;
         if (v + 1 < total) nx = P.pieces[lt_piece_at(me, v + 1, lnx)]; /* in flight while this one waits */
         const uint8_t *frag = pc.frag, *sb = pc.sb;
-        if (pc.hl) {
-            frag = P.hbase[2 * (l - 1)] + (size_t)pc.frag;
-            sb = P.hbase[2 * (l - 1) + 1] + (size_t)pc.sb;
+        if (pc.wl) { /* the pass's slice */
+            const cu_mat *w = pc.wl + (l - P.l0);
+            frag = w->frag + (size_t)pc.frag;
+            sb = w->sb + (size_t)pc.sb;
         }
         const int bytes = pc.bytes;
         if (v >= LT_NSLOT) consumed(v - LT_NSLOT);
@@ -496,7 +510,7 @@ __device__ __forceinline__ void lt_stage(int opi, int K, int group, int qint, in
         asm volatile("prefetch.global.L1 [%0];" ::"l"(op.nw + tid * 32));
         if (op.nb) asm volatile("prefetch.global.L1 [%0];" ::"l"(op.nb + tid * 32));
     }
-    if (op.in_plain) { /* the hidden states (prelude only) */
+    if (op.in_plain) { /* the hidden states (the prelude; Moshi: in_proj in every pass) */
         const float *x = (const float *)op.in;
 #pragma unroll 1
         for (int t = 0; t < T; t++)
@@ -561,8 +575,9 @@ __device__ __forceinline__ int lt_linear(const lt_step st, int l, int v) {
     const lt_params &P = lt_P;
     const lt_op &op = LT_OP(st.op);
     const lt_smem S = lt_S();
-    const int Pp = l == 1 ? 2 : 1, T = op.tok_n ? P.n : P.n * Pp, NTG = (T + 7) >> 3;
-    const cu_mat w = op.wl ? op.wl[l - 1] : op.w;
+    const int Pp = lt_npos(l), T = op.tok_n ? P.n : P.n * Pp, NTG = (T + 7) >> 3;
+    /* the pass's slice: its pointers are read only by QDEQ (scales from global memory), shapes are slice 0's */
+    const cu_mat w = op.wl && WM == WM_QDEQ ? op.wl[l - P.l0] : op.w;
     const int halves = w.pair ? 2 : 1, nu = st.u1 - st.u0, nmt = nu * halves, KT = w.KT;
     const unsigned E = P.ebase + (unsigned)l;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, cq = lane & 3;
@@ -708,7 +723,7 @@ __device__ __forceinline__ int lt_linear(const lt_step st, int l, int v) {
         if (op.res) h = h + S.res[t * nr + ul * 16 + r];
         if (op.add) h = h + __ldg(op.add + (size_t)t * op.lda + j);
         if (op.out) lt_st(op.out + (size_t)(t * op.out_mul + op.out_off) * op.ldo + j, h, E);
-        if (op.outf) op.outf[(size_t)(P.r0 + t) * op.ldof + (size_t)(l - 1) * op.outf_lvl + j] = h; /* tok_n: t a stream */
+        if (op.outf) op.outf[(size_t)(P.r0 + t) * op.ldof + (size_t)(l - P.l0) * op.outf_lvl + j] = h; /* tok_n: t a stream */
     }
     lt_bar::sync();
     return v;
@@ -720,7 +735,7 @@ __device__ __forceinline__ void lt_attend(const lt_step st, int l) {
     const lt_params &P = lt_P;
     const lt_op &op = LT_OP(st.op);
     const lt_smem S = lt_S();
-    const int Pp = l == 1 ? 2 : 1, p0 = l == 1 ? 0 : l;
+    const int Pp = lt_npos(l), p0 = Pp == 2 ? 0 : l;
     const int HD = op.HD, H = op.H, KVH = op.KVH, G = H / KVH, kvw = KVH * HD, half = HD / 2;
     const unsigned E = P.ebase + (unsigned)l;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -849,13 +864,16 @@ __device__ __forceinline__ void lt_sample(const lt_step st, int l) {
     const lt_op &op = LT_OP(st.op);
     const lt_smem S = lt_S();
     const int lv = op.level >= 0 ? op.level : l;
-    const unsigned E = P.ebase + (unsigned)l, Eo = P.ebase + (unsigned)lv + 1u;
+    const unsigned E = P.ebase + (unsigned)l, Eo = P.ebase + (unsigned)(lv + op.eo);
+    /* Moshi, c0 given: level 0's code is the caller's, but position 0's logits are still waited for: the row
+     * published here starts pass 1, whose words (x0, ...) pass 0's readers must be done with, as the logits prove */
+    const bool given0 = op.code0 && lv == 0;
     float *zs = (float *)S.act;
     const u64 *lg = (const u64 *)op.in;
     for (int s = st.u0; s < st.u1; s++) {
         float *gpre = zs + ((op.V + 3) & ~3);
         uint64_t seed = P.seeds ? P.seeds[s] : 0, frame = P.frames ? P.frames[s] : 0;
-        if (!op.forced && P.temp > 0.0f) { /* computed by every SM at the start of the frame (lt_noise) */
+        if (!op.forced && !given0 && P.temp > 0.0f) { /* computed by every SM at the start of the frame (lt_noise) */
             if (threadIdx.x == 0) {
                 S.rsrc[0] = P.noise + ((size_t)s * P.Q + lv) * P.V;
                 S.rdst[0] = gpre;
@@ -878,6 +896,8 @@ __device__ __forceinline__ void lt_sample(const lt_step st, int l) {
         int code;
         if (op.forced) {
             code = op.code_is_stream ? P.r0 + s : __ldcg(op.code_in + (size_t)(P.r0 + s) * op.ldi + lv);
+        } else if (given0) {
+            code = __ldcg(op.code0 + P.r0 + s);
         } else {
             lt_bar::sync();
             code = cu_sample_block<lt_bar>([zs](int i) { return zs[i]; }, op.V, P.temp, P.topk, seed, frame, lv, S.ss,
@@ -890,7 +910,7 @@ __device__ __forceinline__ void lt_sample(const lt_step st, int l) {
             if (op.code_out) op.code_out[(size_t)(P.r0 + s) * op.ldco + lv] = code;
         }
         if (op.out && lv < op.Q - 1) {
-            const int r = code + (op.table_lvl ? lv * op.V : 0);
+            const int r = code + lv * op.table_ld;
             u64 *dst = op.out + (size_t)(s * op.out_mul + op.out_off) * op.ldo;
             const float *pos = op.pos ? op.pos + (size_t)lv * op.pos_lvl : NULL;
             for (int d = threadIdx.x; d < op.D; d += LT_NC) {
@@ -987,8 +1007,8 @@ extern "C" __global__ void __launch_bounds__(LT_THREADS, 1) lt_kernel(const __gr
     }
     tk++;
 #endif
-    for (int pass = 0; pass < P.Q; pass++) {
-        const int l = pass == 0 ? 1 : pass;
+    for (int pass = 0; pass <= P.Q - P.l0; pass++) { /* the prelude (at pass l0), then passes l0 .. Q-1 */
+        const int l = pass == 0 ? P.l0 : P.l0 + pass - 1;
         const int a = pass == 0 ? 0 : np, b = pass == 0 ? np : np + me.t1 - me.t0;
         for (int si = a; si < b; si++) {
             const lt_step st = steps[si];
@@ -1041,11 +1061,13 @@ struct lt_exec {
     u64 *ll;
     size_t ll_words;
     u64 *x0, **qkv, **att, **xa, **ff, **xb, *lg, *lg0, *noise;
+    u64 *xg; /* Moshi: the pass's gathered table row (in_proj[l] . h is added to it into x0), else NULL */
     u64 *fw;          /* K split forwarding words: layer li at fw + li fw_stride */
     size_t fw_stride; /* 256 words per m-tile of fc2 */
     int ldx, ldq, lda_, ldf, ldv;
-    cu_mat *d_heads;
-    const uint8_t *const *hbase;
+    cu_mat *d_heads; /* device copy of st->heads (level l at l - l0) */
+    cu_mat *d_pp;    /* Moshi: device slices [Q] of in_proj, then of layer li's qkv, wo, fc1, fc2 at
+                      * d_pp + (1 + 4 li + k) Q (lt_slices), else NULL */
     unsigned *epoch; /* device: the next launch's ebase */
     u64 timeout_ns;
     double keep_budget; /* bytes of layer weights marked L2-resident */
@@ -1159,9 +1181,9 @@ struct builder {
                 so = ((size_t)mt0 * w.NG + g0) * 16 * w.sb_bytes;
             }
             pc.keep = op.keep;
-            pc.hl = op.wl != NULL;
-            pc.frag = pc.hl ? (const uint8_t *)(uintptr_t)fo : w.frag + fo;
-            pc.sb = pc.hl ? (const uint8_t *)(uintptr_t)so : w.sb ? w.sb + so : NULL;
+            pc.wl = op.wl;
+            pc.frag = pc.wl ? (const uint8_t *)(uintptr_t)fo : w.frag + fo;
+            pc.sb = pc.wl ? (const uint8_t *)(uintptr_t)so : w.sb ? w.sb + so : NULL;
             out.push_back(pc);
             c0 = c1;
         }
@@ -1201,6 +1223,13 @@ static size_t mat_bytes(const cu_mat &w) {
     return (size_t)w.MT * w.KT * w.tile_bytes + (w.sb ? (size_t)w.MT * w.NG * 16 * w.sb_bytes : 0);
 }
 
+/* Moshi: the device slices of matrix k (0 qkv, 1 out, 2 fc1, 3 fc2) of layer li, or of in_proj (k < 0); NULL for a
+ * model without per-position weights */
+static const cu_mat *lt_slices(const lt_exec *x, int k, int li) {
+    if (!x->d_pp) return NULL;
+    return x->d_pp + (size_t)(k < 0 ? 0 : 1 + 4 * li + k) * x->m->cfg.levels;
+}
+
 /* Build the plan of (variant, n), with attention and samplers on SMs of their own (role) or not;
  * x->plan[variant][n].ok says whether it fits the executor's limits. */
 static dd_status build_plan_role(lt_exec *x, int variant, int n, int role, dd_error *err) {
@@ -1211,10 +1240,15 @@ static dd_status build_plan_role(lt_exec *x, int variant, int n, int role, dd_er
     const int gpt = c->block == DD_BLOCK_GPT, nrm = gpt ? DD_NORM_LAYER : DD_NORM_RMS;
     const float eps = c->norm_eps;
     const int decode = variant == PROG_DECODE_C0 || variant == PROG_DECODE;
+    /* Moshi (per-position weights): passes 0 .. Q-1 of one position each, every linear of pass l on slice l (wl);
+     * the prelude gathers pass 0's row (text_embed[t]); pass l's input row is in_proj[l] . h + the table row in xg
+     * (gathered by the prelude or the previous pass's sampler); no final norm */
+    const int pp = c->per_position, Tl = pp ? n : 2 * n; /* tokens of a layer linear, at most */
     const float *hidden = (const float *)st->d_in;
     int32_t *codes_out = (int32_t *)(st->d_out + 8);
     const int32_t *codes_in = (const int32_t *)(st->d_in + st->off_codes_in);
     const int32_t *c0in = (const int32_t *)(st->d_in + st->off_c0);
+    const int32_t *textin = (const int32_t *)(st->d_in + st->off_text);
     lt_plan *pl = &x->plan[variant][n];
     builder b;
     b.x = x;
@@ -1252,10 +1286,11 @@ static dd_status build_plan_role(lt_exec *x, int variant, int n, int role, dd_er
         o.code_out = code_out;
         o.ldco = Q;
         o.table = st->table;
-        o.table_lvl = 1;
+        o.table_ld = x->m->embed_rows;
+        o.eo = 1;
         o.pos = st->pos ? st->pos + D : NULL;
         o.pos_lvl = D;
-        o.out = x->x0;
+        o.out = pp ? x->xg : x->x0;
         o.ldo = x->ldx;
         o.out_mul = out_mul;
         o.out_off = out_off;
@@ -1263,9 +1298,15 @@ static dd_status build_plan_role(lt_exec *x, int variant, int n, int role, dd_er
         o.Q = Q;
         return o;
     };
-    /* ---- prelude (context: pass 1) ---- */
+    /* ---- prelude (context: pass l0) ---- */
     std::vector<int> pre_ops;
-    if (c->has_in_proj) {
+    if (pp) { /* pass 0's row: text_embed[t], epoch ebase + 0 */
+        lt_op o = smp_op(0, NULL, 1, textin, 1, NULL, 1, 0);
+        o.table = st->text;
+        o.table_ld = 0;
+        o.eo = 0;
+        pre_ops.push_back(b.add_op(o));
+    } else if (c->has_in_proj) {
         lt_op o = lin_op(st->in_proj, st->in_bias, DD_NORM_NONE, NULL, NULL, eps, DD_ACT_NONE, hidden, I, 1, x->x0,
                          x->ldx);
         o.tok_n = 1;
@@ -1277,12 +1318,12 @@ static dd_status build_plan_role(lt_exec *x, int variant, int n, int role, dd_er
         lt_op o = smp_op(0, NULL, 1, NULL, 0, NULL, 2, 0);
         o.code_is_stream = 1;
         o.table = (cu_raw){DD_F32, st->B, I, (const uint8_t *)hidden, (size_t)I * 4, NULL, NULL, 0, 0, 0};
-        o.table_lvl = 0;
+        o.table_ld = 0;
         o.pos = st->pos;
         o.pos_lvl = 0;
         pre_ops.push_back(b.add_op(o));
     }
-    if (variant == PROG_DECODE || variant == PROG_SCORE_L0) {
+    if (!pp && (variant == PROG_DECODE || variant == PROG_SCORE_L0)) {
         lt_op o = lin_op(st->head0, NULL, DD_NORM_NONE, NULL, NULL, eps, DD_ACT_NONE, hidden, I, 1,
                          variant == PROG_DECODE ? x->lg0 : NULL, x->ldv);
         o.tok_n = 1;
@@ -1292,16 +1333,27 @@ static dd_status build_plan_role(lt_exec *x, int variant, int n, int role, dd_er
         }
         pre_ops.push_back(b.add_op(o));
     }
-    if (variant == PROG_DECODE) pre_ops.push_back(b.add_op(smp_op(0, x->lg0, 0, NULL, 0, codes_out, 2, 1)));
-    else if (variant == PROG_DECODE_C0) pre_ops.push_back(b.add_op(smp_op(0, NULL, 1, c0in, 1, codes_out, 2, 1)));
-    else pre_ops.push_back(b.add_op(smp_op(0, NULL, 1, codes_in, Q, NULL, 2, 1)));
+    if (!pp) { /* level 0's code and pass 1's second row (Moshi: position 0's pass samples c0) */
+        if (variant == PROG_DECODE) pre_ops.push_back(b.add_op(smp_op(0, x->lg0, 0, NULL, 0, codes_out, 2, 1)));
+        else if (variant == PROG_DECODE_C0) pre_ops.push_back(b.add_op(smp_op(0, NULL, 1, c0in, 1, codes_out, 2, 1)));
+        else pre_ops.push_back(b.add_op(smp_op(0, NULL, 1, codes_in, Q, NULL, 2, 1)));
+    }
     /* ---- one pass ---- */
     std::vector<int> pass_ops;
     const int kvw = KV * HD;
+    if (pp) { /* the input row: in_proj[l] . h + the gathered row */
+        lt_op o = lin_op(st->inps[0], NULL, DD_NORM_NONE, NULL, NULL, eps, DD_ACT_NONE, hidden, I, 1, x->x0, x->ldx);
+        o.wl = lt_slices(x, -1, 0);
+        o.tok_n = 1;
+        o.res = x->xg;
+        o.ldr = x->ldx;
+        pass_ops.push_back(b.add_op(o));
+    }
     for (int li = 0; li < L; li++) {
         const u64 *xin = li == 0 ? x->x0 : x->xb[li - 1];
         lt_op q = lin_op(st->qkv[li], st->bqkv[li], nrm, st->n1w[li], st->n1b[li], eps, DD_ACT_NONE, xin, x->ldx, 0,
                          x->qkv[li], x->ldq);
+        q.wl = lt_slices(x, 0, li);
         pass_ops.push_back(b.add_op(q));
         lt_op a;
         memset(&a, 0, sizeof a);
@@ -1323,39 +1375,45 @@ static dd_status build_plan_role(lt_exec *x, int variant, int n, int role, dd_er
         pass_ops.push_back(b.add_op(a));
         lt_op o = lin_op(st->wo[li], st->bo[li], DD_NORM_NONE, NULL, NULL, eps, DD_ACT_NONE, x->att[li], x->lda_, 0,
                          x->xa[li], x->ldx);
+        o.wl = lt_slices(x, 1, li);
         o.res = xin;
         o.ldr = x->ldx;
         pass_ops.push_back(b.add_op(o));
         lt_op f1 = lin_op(st->fc1[li], st->b1[li], nrm, st->n2w[li], st->n2b[li], eps, gpt ? DD_ACT_GELU : DD_ACT_SWIGLU,
                           x->xa[li], x->ldx, 0, x->ff[li], x->ldf);
+        f1.wl = lt_slices(x, 2, li);
         pass_ops.push_back(b.add_op(f1));
         lt_op f2 = lin_op(st->fc2[li], st->b2[li], DD_NORM_NONE, NULL, NULL, eps, DD_ACT_NONE, x->ff[li], x->ldf, 0,
                           x->xb[li], x->ldx);
+        f2.wl = lt_slices(x, 3, li);
         f2.res = x->xa[li];
         f2.ldr = x->ldx;
         f2.fwd = x->fw + (size_t)li * x->fw_stride;
         pass_ops.push_back(b.add_op(f2));
     }
     {
-        lt_op h = lin_op(st->heads[0], NULL, nrm, st->norm_w, st->norm_b, eps, DD_ACT_NONE, x->xb[L - 1], x->ldx, 0,
-                         x->lg, x->ldv);
+        /* Moshi: no final norm; position 0's head runs in every variant (the pass is fixed: with c0 given its
+         * logits are waited for, not sampled), writing level 0 of st->logits [B, Q, V] in score */
+        lt_op h = lin_op(st->heads[0], NULL, pp ? DD_NORM_NONE : nrm, st->norm_w, st->norm_b, eps, DD_ACT_NONE,
+                         x->xb[L - 1], x->ldx, 0, x->lg, x->ldv);
         h.wl = x->d_heads;
         h.tok_n = 1;
         h.in_last = 1;
         if (!decode) {
             h.outf = st->logits;
-            h.ldof = (Q - 1) * V;
+            h.ldof = (pp ? Q : Q - 1) * V;
             h.outf_lvl = V;
         }
         pass_ops.push_back(b.add_op(h));
-        pass_ops.push_back(b.add_op(decode ? smp_op(-1, x->lg, 0, NULL, 0, codes_out, 1, 0)
-                                           : smp_op(-1, x->lg, 1, codes_in, Q, NULL, 1, 0)));
+        lt_op so = decode ? smp_op(-1, x->lg, 0, NULL, 0, codes_out, 1, 0) : smp_op(-1, x->lg, 1, codes_in, Q, NULL, 1, 0);
+        if (pp && variant == PROG_DECODE_C0) so.code0 = c0in;
+        pass_ops.push_back(b.add_op(so));
     }
     /* a linear without a norm stages its whole input row at once too when it fits (one poll instead of one per
      * piece): fc2 and out at small batches */
     for (lt_op &o : b.ops) {
         if (o.kind != LT_LIN || o.whole) continue;
-        const int T = o.tok_n ? n : 2 * n;
+        const int T = o.tok_n ? n : Tl;
         if ((size_t)T * cu_act_stride(o.w.KT) * 4 <= LT_ACT_BYTES && (o.w.wm != WM_QINT || T * o.w.NG <= LT_ASUM_FLOATS))
             o.whole = 1;
     }
@@ -1457,7 +1515,7 @@ static dd_status build_plan_role(lt_exec *x, int variant, int n, int role, dd_er
         }
     };
     assign(pre_ops, b.pre, b.ppre, n, NULL, NULL);
-    assign(pass_ops, b.pass, b.ppass, 2 * n, NULL, NULL);
+    assign(pass_ops, b.pass, b.ppass, Tl, NULL, NULL);
     /* attention scratch and the sampler's logits fit the act area */
     if ((size_t)((Q - 1) * (HD + 1) * 2 + 2 * (H / KV) * HD + 4 * (HD + 1)) * 4 > LT_ACT_BYTES || (size_t)(V + 4) * 8 > LT_ACT_BYTES ||
         2 * (H / KV + 2) > LT_RUNS || 2 * LT_MAX_N > LT_RUNS)
@@ -1571,8 +1629,9 @@ dd_status lt_create(lt_exec **out, cu_state *st, const dd_model *m, dd_error *er
     *out = x; /* from here lt_free cleans up */
     size_t per_layer = (size_t)NT * (x->ldq + x->lda_ + 2 * x->ldx + x->ldf);
     x->fw_stride = (size_t)((c->dim + 15) / 16) * 256;
+    const size_t nxg = c->per_position ? (size_t)NT * x->ldx : 0;
     x->ll_words = (size_t)NT * x->ldx + (size_t)L * per_layer + 2 * (size_t)LT_MAX_N * V +
-                  (size_t)LT_MAX_N * c->levels * V + (size_t)L * x->fw_stride;
+                  (size_t)LT_MAX_N * c->levels * V + (size_t)L * x->fw_stride + nxg;
     dd_status s;
     void *mem;
     if ((s = cu_alloc(&mem, x->ll_words * 8, &st->allocs, &st->nallocs, err))) return s;
@@ -1595,16 +1654,30 @@ dd_status lt_create(lt_exec **out, cu_state *st, const dd_model *m, dd_error *er
     x->lg = p, p += (size_t)LT_MAX_N * V;
     x->lg0 = p, p += (size_t)LT_MAX_N * V;
     x->fw = p, p += (size_t)L * x->fw_stride;
+    x->xg = nxg ? p : NULL, p += nxg;
     x->noise = p;
-    if ((s = cu_alloc(&mem, (size_t)(c->levels - 1) * sizeof(cu_mat), &st->allocs, &st->nallocs, err))) return s;
+    const int Q = c->levels, nh = c->per_position ? Q : Q - 1;
+    if ((s = cu_alloc(&mem, (size_t)nh * sizeof(cu_mat), &st->allocs, &st->nallocs, err))) return s;
     x->d_heads = (cu_mat *)mem;
-    CU_TRY(cudaMemcpy(mem, st->heads, (size_t)(c->levels - 1) * sizeof(cu_mat), cudaMemcpyHostToDevice), err,
+    CU_TRY(cudaMemcpy(mem, st->heads, (size_t)nh * sizeof(cu_mat), cudaMemcpyHostToDevice), err,
            "latency executor heads");
-    std::vector<const uint8_t *> hb(2 * (size_t)(c->levels - 1));
-    for (int l = 0; l < c->levels - 1; l++) hb[2 * l] = st->heads[l].frag, hb[2 * l + 1] = st->heads[l].sb;
-    if ((s = cu_alloc(&mem, hb.size() * sizeof(void *), &st->allocs, &st->nallocs, err))) return s;
-    x->hbase = (const uint8_t *const *)mem;
-    CU_TRY(cudaMemcpy(mem, hb.data(), hb.size() * sizeof(void *), cudaMemcpyHostToDevice), err, "latency executor heads");
+    if (c->per_position) { /* the slices of in_proj and of each layer matrix, contiguous per matrix (lt_slices) */
+        std::vector<cu_mat> sl((size_t)(1 + 4 * L) * Q);
+        for (int q = 0; q < Q; q++) {
+            sl[q] = st->inps[q];
+            for (int li = 0; li < L; li++) {
+                const int e = q * L + li; /* the layer entry of slice q (cu_state) */
+                sl[(size_t)(1 + 4 * li) * Q + q] = st->qkv[e];
+                sl[(size_t)(2 + 4 * li) * Q + q] = st->wo[e];
+                sl[(size_t)(3 + 4 * li) * Q + q] = st->fc1[e];
+                sl[(size_t)(4 + 4 * li) * Q + q] = st->fc2[e];
+            }
+        }
+        if ((s = cu_alloc(&mem, sl.size() * sizeof(cu_mat), &st->allocs, &st->nallocs, err))) return s;
+        x->d_pp = (cu_mat *)mem;
+        CU_TRY(cudaMemcpy(mem, sl.data(), sl.size() * sizeof(cu_mat), cudaMemcpyHostToDevice), err,
+               "latency executor slices");
+    }
     return DD_OK;
 }
 
@@ -1665,8 +1738,8 @@ dd_status lt_run(lt_exec *x, int variant, int n, int r0, float temp, int topk, c
     P.steps = pl->steps;
     P.pieces = pl->pieces;
     P.sms = pl->sms;
-    P.hbase = x->hbase;
     P.nops = pl->nops;
+    P.l0 = c->per_position ? 0 : 1;
     P.n = n;
     P.r0 = r0;
     P.Q = Q;

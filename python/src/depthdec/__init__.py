@@ -279,6 +279,17 @@ def _host_array(x, name):
         raise ArgumentError("%s: not an array: %s" % (name, e)) from None
 
 
+def _no_device_text(model, text):
+    """The device path (CUDA arrays) has no text argument (dd_decode_device): a text array is refused, for a model
+    with text tokens (Moshi: pass host arrays, the cuda backend runs it from there) as for one without."""
+    if text is None:
+        return
+    if model.config["text_vocab"]:
+        raise Error("text: the device path (CUDA arrays) cannot pass text tokens: give %s host arrays"
+                    % model.source, Status.EUNSUPPORTED)
+    raise ArgumentError("text: %s takes no text tokens (text given)" % model.source)
+
+
 def _device_of(hidden, stream):
     """The CUDA device of hidden when it is a CUDA array (the device path, _device.py), else None; `stream` is for
     that path only."""
@@ -475,8 +486,7 @@ class Decoder:
         if dev is not None:
             from . import _device
 
-            if text is not None:  # the models that take text tokens (Moshi) run on the host backends only
-                raise ArgumentError("text: %s takes no text tokens (text given)" % self.model.source)
+            _no_device_text(self.model, text)
             t, k = _sampling(temperature, top_k, greedy)
             return _device.generate(self, hidden, dev, c0, seed, frame, t, k, stream)
         h = _hidden(self.model, hidden)
@@ -509,8 +519,7 @@ class Decoder:
         if dev is not None:
             from . import _device
 
-            if text is not None:
-                raise ArgumentError("text: %s takes no text tokens (text given)" % self.model.source)
+            _no_device_text(self.model, text)
             return _device.score(self, hidden, dev, codes, stream)
         c = self._cfg
         Q, V = c["levels"], c["codebook_size"]
