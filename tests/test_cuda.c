@@ -512,6 +512,12 @@ static void test_executors(void **state) {
     NEED_CUDA();
     static const dd_dtype types[] = {DD_F32, DD_F16, DD_BF16, DD_Q8, DD_Q4};
     static const int ns[] = {1, 3, 8};
+    if (g_quick >= 3) { /* DD_TEST_QUICK=3: racecheck of the latency executor (quick 2 outlasts 400 s there): one
+                         * case per block kind, bf16 and q8/q4 linears, attention with and without RoPE, the sampler */
+        executors("tiny-gpt", DD_BF16, 1);
+        executors("tiny-llama", DD_Q4, 3);
+        return;
+    }
     for (int k = 0; k < 2; k++)
         for (int t = 0; t < 5; t++)
             for (int i = 0; i < 3; i++) {
@@ -983,7 +989,10 @@ static void test_device_api_host_backends(void **state) {
 
 int main(void) {
     th_seed_init("test_cuda");
-    g_quick = getenv("DD_TEST_QUICK") ? (atoi(getenv("DD_TEST_QUICK")) >= 2 ? 2 : 1) : 0;
+    if (getenv("DD_TEST_QUICK")) {
+        const int q = atoi(getenv("DD_TEST_QUICK"));
+        g_quick = q >= 3 ? 3 : q >= 2 ? 2 : 1; /* 1 quick; 2 compute-sanitizer sizes; 3 racecheck of test_executors */
+    }
     if (g_quick) printf("test_cuda: quick (DD_TEST_QUICK=%d)\n", g_quick);
     if (getenv("DD_TEST_ONLY") && *getenv("DD_TEST_ONLY")) cmocka_set_test_filter(getenv("DD_TEST_ONLY")); /* e.g. "test_linear" */
     const struct CMUnitTest tests[] = {
