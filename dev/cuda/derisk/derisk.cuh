@@ -209,15 +209,18 @@ static int dr_banner(const char *prog, double *mhz_out) {
     return p.multiProcessorCount;
 }
 
-/* median time in microseconds of `reps` launches of f (each timed alone with events), after `warm` warm-up runs */
-template <class F> static double dr_time_us(F f, int warm, int reps) {
+/* median time in microseconds of `reps` launches of f (each timed alone with events), after `warm` warm-up runs;
+ * with `flush`, flush_bytes of it are overwritten before each launch, outside the events (L2 cold) */
+template <class F> static double dr_time_us(F f, int warm, int reps, void *flush = NULL, size_t flush_bytes = 0) {
     cudaEvent_t a, b;
     CK(cudaEventCreate(&a));
     CK(cudaEventCreate(&b));
     for (int i = 0; i < warm; i++) f();
+    CK_LAUNCH();
     CK(cudaDeviceSynchronize());
     std::vector<double> t;
     for (int i = 0; i < reps; i++) {
+        if (flush) CK(cudaMemsetAsync(flush, i & 0xFF, flush_bytes));
         CK(cudaEventRecord(a));
         f();
         CK(cudaEventRecord(b));
@@ -226,6 +229,7 @@ template <class F> static double dr_time_us(F f, int warm, int reps) {
         CK(cudaEventElapsedTime(&ms, a, b));
         t.push_back(ms * 1e3);
     }
+    CK_LAUNCH();
     CK(cudaEventDestroy(a));
     CK(cudaEventDestroy(b));
     return dr_median(t);

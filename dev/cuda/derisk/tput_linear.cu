@@ -390,32 +390,6 @@ static void to_frag(std::vector<uint16_t> &F, const std::vector<uint16_t> &W, in
         }
 }
 
-/* median microseconds of reps runs of f, each alone between events; flush: a memset of the buffer before each run
- * (outside the events) evicts the L2 */
-template <class F> static double tl_time(F f, int reps, void *flush, size_t flush_bytes) {
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    for (int i = 0; i < 3; i++) f();
-    CK_LAUNCH();
-    CK(cudaDeviceSynchronize());
-    std::vector<double> t;
-    for (int i = 0; i < reps; i++) {
-        if (flush) CK(cudaMemsetAsync(flush, i & 0xFF, flush_bytes));
-        CK(cudaEventRecord(e0));
-        f();
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        t.push_back(ms * 1e3);
-    }
-    CK_LAUNCH();
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
-    return dr_median(t);
-}
-
 static const struct shape {
     const char *name;
     int N, K;
@@ -513,8 +487,8 @@ int main(int argc, char **argv) {
             long nz = 0, negz = 0;
             for (size_t i = 0; i < outs; i++) nz += f2u(yref[i]) != 0 && f2u(yref[i]) != 0x80000000u,
                                                 negz += f2u(yref[i]) == 0x80000000u;
-            const double ref_us = tl_time(ref_gemm, REPS, NULL, 0), ref_cold = tl_time(ref_gemm, REPS, d_flush, FLUSH_BYTES);
-            const double stage_us = tl_time(ref_stage, REPS, NULL, 0);
+            const double ref_us = dr_time_us(ref_gemm, 3, REPS), ref_cold = dr_time_us(ref_gemm, 3, REPS, d_flush, FLUSH_BYTES);
+            const double stage_us = dr_time_us(ref_stage, 3, REPS);
             printf("RESULT tput_linear_ref shape=%s T=%d us=%.2f us_cold=%.2f TFLOPs=%.1f stage_us=%.2f selfcheck_bad=%ld "
                    "maxrel=%.1e\n",
                    sh.name, T, ref_us, ref_cold, flops / ref_us * 1e-6, stage_us, bad, maxrel);
@@ -527,7 +501,7 @@ int main(int argc, char **argv) {
             split();
             CK_LAUNCH();
             CK(cudaDeviceSynchronize());
-            const double split_us = tl_time(split, REPS, NULL, 0);
+            const double split_us = dr_time_us(split, 3, REPS);
             const CUtensorMap mh = tl_map(d_hi, T, K), ml = tl_map(d_lo, T, K);
             const int tiles = (N / TL_BM) * (T / TL_BN);
             int sauto = 1;
@@ -562,8 +536,8 @@ int main(int argc, char **argv) {
                 }
                 double us = 0, us_cold = 0;
                 if (!herr) { /* (a timed-out pipeline is not timed: each run would wait for the deadline) */
-                    us = tl_time(run, REPS, NULL, 0);
-                    us_cold = tl_time(run, REPS, d_flush, FLUSH_BYTES);
+                    us = dr_time_us(run, 3, REPS);
+                    us_cold = dr_time_us(run, 3, REPS, d_flush, FLUSH_BYTES);
                     CK(cudaMemcpy(&herr, d_err, sizeof(int), cudaMemcpyDeviceToHost));
                 }
                 printf("RESULT tput_linear shape=%s T=%d S=%d us=%.2f us_cold=%.2f TFLOPs=%.1f (4*N*K*T flops) diff=%ld "
