@@ -4,22 +4,9 @@
 # scripts/bench_torch.py in the same call, and bench --capacity for GPT and CSM dims bf16. Writes $OUT/bench.jsonl,
 # $OUT/torch_{gpt,csm}.json, $OUT/capacity_{gpt,csm}.json, $OUT/summary.txt. Carry build-cuda/{cuobj,obj,tobj}, .debs/.
 #   OUT=$OUT bash dev/cuda/curve_call.sh
-set -u -o pipefail
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/curve}
-mkdir -p "$OUT"
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} DD_CUDA_TIMEOUT_S=5 PYTHONUNBUFFERED=1
-for f in .debs/*.deb; do dpkg -x "$f" /; done
-ldconfig
-S=$OUT/summary.txt
-log() { echo "$@" | tee -a "$S"; }
-log "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader) $(git rev-parse --short HEAD 2>/dev/null)"
-find build-cuda -type f -exec touch {} +
-make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda -j16 >"$OUT/build.log" 2>&1
-log "build rc $?"
-B=build-cuda
+MAKE_TARGET= CALL=curve source "$(dirname "$0")/call_env.sh"
 bench() { # model weights batch frames
-    timeout 120 $B/depthdec bench --backend cuda --synthetic $1 --weights $2 --batch $3 --frames $4 --json /tmp/b.json >/dev/null 2>>"$OUT/bench.err" &&
+    timeout 120 $B/depthdec bench --backend cuda --synthetic $1 --weights $2 --batch $3 --frames $4 --json /tmp/b.json >/dev/null 2>>"$R/bench.err" &&
         cat /tmp/b.json >>"$OUT/bench.jsonl" && echo >>"$OUT/bench.jsonl" &&
         log "$1 $2 B$3: $(python3 -c "import json;r=json.load(open('/tmp/b.json'));print(r['ms_per_frame'],'ms/frame',round(r['stream_frames_per_s'],1),'stream-frames/s')")"
 }
@@ -38,4 +25,5 @@ timeout 100 python3 scripts/bench_torch.py bench /tmp/dd_csm.safetensors --name 
 for m in gpt csm; do
     timeout 120 $B/depthdec bench --capacity --backend cuda --synthetic $m --json "$OUT/capacity_$m.json" 2>&1 | tee -a "$S"
 done
+(cd "$OUT" && tar czf work.tgz work && rm -rf work)
 log "# done $(date -u +%FT%TZ)"

@@ -6,24 +6,7 @@
 # stage.cu. Carry build-cuda/{cuobj,obj,tobj} built here (make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda tests) and
 # the untracked .debs/ (cmocka, jansson). ~6 min; racecheck on test_executors needs more than its 150 s here.
 #   OUT=$OUT bash dev/cuda/final_call.sh
-set -u -o pipefail
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/final}
-R=$OUT/work
-mkdir -p "$R"
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} DD_CUDA_TIMEOUT_S=5 PYTHONUNBUFFERED=1
-for f in .debs/*.deb; do dpkg -x "$f" /; done
-ldconfig
-S=$OUT/summary.txt
-: >"$S"
-log() { echo "$@" | tee -a "$S"; }
-T0=$(date +%s)
-el() { echo "$(( $(date +%s) - T0 )) s"; }
-log "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader)"
-find build-cuda -type f -exec touch {} +
-make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda -j16 tests >"$R/build.log" 2>&1
-log "build rc $? ($(el))"
-B=build-cuda
+CALL=final source "$(dirname "$0")/call_env.sh"
 for tq in all:1 test_executors:0 test_sample:0; do
     t=${tq%%:*} q=${tq#*:}
     qe=$([ "$q" = 0 ] && echo "env -u DD_TEST_QUICK" || echo "env DD_TEST_QUICK=$q")

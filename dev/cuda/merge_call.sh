@@ -4,29 +4,13 @@
 # Moshi/Kyutai on cuda included), bench lines (Moshi, GPT, CSM B1 and GPT B16), test_executors unquick, memcheck on
 # test_executors (quick 2), the Python device path. Carry build-cuda/{cuobj,obj,tobj} and .debs/.
 #   OUT=$OUT bash dev/cuda/merge_call.sh
-set -u -o pipefail
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/merge}
-R=$OUT/work
-mkdir -p "$R"
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} DD_CUDA_TIMEOUT_S=5 PYTHONUNBUFFERED=1
-for f in .debs/*.deb; do dpkg -x "$f" /; done
-ldconfig
-S=$OUT/summary.txt
-: >"$S"
-log() { echo "$@" | tee -a "$S"; }
-T0=$(date +%s)
+CALL=merge source "$(dirname "$0")/call_env.sh"
 left() { echo $(( ${DEADLINE_S:-540} - ($(date +%s) - T0) )); }
 lim() { local l; l=$(left); [ "$l" -gt "$1" ] && echo "$1" || echo $(( l > 5 ? l : 5 )); }
-log "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
-find build-cuda -type f -exec touch {} +
-make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda -j16 tests >"$R/build.log" 2>&1
-log "build rc $? ($(( $(date +%s) - T0 )) s)"
-B=build-cuda
 run_t() { # name program env... : one test program under the deadline
     local name=$1 prog=$2; shift 2
     env "$@" timeout "$(lim 200)" $B/$prog >"$R/$name.log" 2>&1
-    log "$name rc $?: $(grep -E '^\[  (PASSED|FAILED)' "$R/$name.log" | tr '\n' ' ') ($(( $(date +%s) - T0 )) s)"
+    log "$name rc $?: $(grep -E '^\[  (PASSED|FAILED)' "$R/$name.log" | tr '\n' ' ') ($(el))"
     grep -E "^\[  FAILED|^\[   LINE|moshi|kyutai" "$R/$name.log" | head -12 | tee -a "$S"
 }
 run_t cuda_all test_cuda DD_TEST_QUICK=1
@@ -41,7 +25,7 @@ done
 run_t executors_full test_cuda DD_TEST_ONLY=test_executors
 env DD_CUDA_TIMEOUT_S=120 DD_TEST_QUICK=2 DD_TEST_ONLY=test_executors timeout "$(lim 150)" \
     compute-sanitizer --tool memcheck $B/test_cuda >"$R/memcheck.log" 2>&1
-log "memcheck test_executors rc $?: $(grep -E 'ERROR SUMMARY' "$R/memcheck.log") ($(( $(date +%s) - T0 )) s)"
+log "memcheck test_executors rc $?: $(grep -E 'ERROR SUMMARY' "$R/memcheck.log") ($(el))"
 OUT=$R/devapi timeout "$(lim 150)" bash dev/cuda/devapi_check.sh python 2>&1 | tail -4 | tee -a "$S"
 (cd "$OUT" && tar czf work.tgz work && rm -rf work)
-log "# done $(date -u +%FT%TZ) ($(( $(date +%s) - T0 )) s)"
+log "# done $(date -u +%FT%TZ) ($(el))"

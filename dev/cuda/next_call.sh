@@ -6,22 +6,7 @@
 #   3. scripts/bench_hf.py at batches 1 and 8 (issue 15: B8 was last measured on the frame kernel)
 # Carry build-cuda/{cuobj,obj,tobj} built here (make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda tests) and the
 # untracked .debs/. Writes $OUT/summary.txt and $OUT/work.tgz (~8 min).   OUT=$OUT bash dev/cuda/next_call.sh
-set -u -o pipefail
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/next}
-R=$OUT/work
-mkdir -p "$R"
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} DD_CUDA_TIMEOUT_S=5 PYTHONUNBUFFERED=1
-for f in .debs/*.deb; do dpkg -x "$f" /; done
-ldconfig
-S=$OUT/summary.txt
-: >"$S"
-log() { echo "$@" | tee -a "$S"; }
-log "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
-find build-cuda -type f -exec touch {} +
-make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda -j16 tests >"$R/build.log" 2>&1
-log "build rc $?"
-B=build-cuda
+CALL=next source "$(dirname "$0")/call_env.sh"
 DD_CUDA_TIMEOUT_S=250 DD_TEST_QUICK=3 DD_TEST_ONLY=test_executors timeout 280 \
     compute-sanitizer --tool racecheck $B/test_cuda >"$R/race_exec.log" 2>&1
 log "racecheck test_executors (quick 3) rc $?: $(grep -E 'RACECHECK SUMMARY|PASSED|FAILED' "$R/race_exec.log" | tr '\n' ' ')"
