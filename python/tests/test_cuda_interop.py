@@ -4,14 +4,18 @@ saying why, without torch, without a CUDA device or when the package was built w
 
 - CUDA torch tensors in -> CUDA torch tensors out, equal to the numpy (host path) call bit for bit: greedy and
   sampled, c0 given and sampled, per-row seed/frame tensors, score with level-0 logits, a caller's stream, batches
-  split over max_batch, both executors (n <= 8: latency executor, else the frame kernel).
+  split over max_batch, both executors (n <= 48: the latency executor, launches of at most 8 streams; n = 60 on one
+  call: the frame kernel).
 - torch.cuda.graph capture of a loop of frames calling depthdec (and torch ops between them); each replay on fresh
   inputs written into the captured tensors equals eager host-path calls.
 - errors: wrong device, shape, dtype, host arrays beside CUDA hidden states are refused at the call; a NaN hidden
   or a c0 out of range is raised by Decoder.sync() with the host path's message.
+- giving torch tensors does not import cupy (a fresh interpreter checks sys.modules). CuPy: test_cupy_interop.py.
 """
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -48,7 +52,7 @@ def same_bits(a, b):
     return np.array_equal(np.asarray(a).view(np.uint32), np.asarray(b).view(np.uint32))
 
 
-@pytest.mark.parametrize("n,max_batch", [(1, 8), (3, 8), (8, 8), (20, 32), (20, 8)])
+@pytest.mark.parametrize("n,max_batch", [(1, 8), (3, 8), (8, 8), (20, 32), (20, 8), (60, 64)])
 def test_cuda_tensors_equal_numpy(model, rng, n, max_batch):
     dec = depthdec.Decoder(model, backend="cuda", max_batch=max_batch)
     c = model.config
@@ -195,3 +199,18 @@ def test_cuda_errors(rng):
     with pytest.raises(depthdec.Error, match=r"hidden row 1, element 2"):
         dec.generate(h)
     assert dec.generate(h).shape == (3, c["levels"])
+
+
+def test_torch_does_not_import_cupy():
+    code = ("import sys, numpy as np, torch, depthdec\n"
+            "m = depthdec.Model.synthetic('tiny-gpt', 'f32')\n"
+            "d = depthdec.Decoder(m, backend='cuda')\n"
+            "h = np.random.default_rng(0).standard_normal((3, m.config['input_dim'])).astype(np.float32)\n"
+            "out = d.generate(torch.from_numpy(h).cuda(), seed=1, frame=2)\n"
+            "d.sync()\n"
+            "assert isinstance(out, torch.Tensor) and out.is_cuda\n"
+            "assert np.array_equal(out.cpu().numpy(), d.generate(h, seed=1, frame=2))\n"
+            "assert 'cupy' not in sys.modules, 'cupy was imported'\n"
+            "print('ok')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

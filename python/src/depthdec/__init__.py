@@ -1,5 +1,6 @@
 """depthdec — exact, fast inference for the depth decoder of RVQ speech LMs (numpy or torch tensors in, the same
-library out; any host array with __dlpack__ is read; CUDA torch tensors stay on the device, on the caller's stream).
+library out; any host array with __dlpack__ is read; CUDA torch tensors and CuPy arrays stay on the device, on the
+caller's stream).
 
 A thin layer over the C library (include/depthdec.h), with the CLI's semantics::
 
@@ -259,7 +260,7 @@ def _host_array(x, name):
         if kind != 1:
             raise ArgumentError("%s: the array is on device '%s' (DLPack device type %d); depthdec's Python package "
                                 "reads host (CPU) arrays here: move it first (torch: .cpu()), or give generate/score all their "
-                                "arrays on one CUDA device (torch tensors, cuda Decoder)"
+                                "arrays on one CUDA device (torch tensors or CuPy arrays, cuda Decoder)"
                                 % (name, _DLPACK_DEVICES.get(kind, "?"), kind))
         if _is_torch(x):
             import torch  # already imported by whoever made x
@@ -465,12 +466,15 @@ class Decoder:
         Arrays: numpy arrays, torch CPU tensors, or any host array with __dlpack__ (torch is imported only when a
         torch tensor is given). The result is a torch tensor when `hidden` is one (torch in, torch out), else a
         numpy array; nothing is written anywhere on a failed call.
-        CUDA torch tensors (on a cuda Decoder) stay on the device: the frame is enqueued on `stream` (a
-        torch.cuda.Stream or a cudaStream_t as an int; default torch's current stream) with no synchronisation, and
-        the result is a CUDA tensor; c0 and per-row seed/frame must then be CUDA tensors of the same device (scalar
-        seed/frame are made on the device). Values (finite hidden, c0 in range) are checked on the device and a
-        failure is raised by the next sync() (or host-array call), not by this call. Capturable with
-        torch.cuda.graph after one eager call of the same batch size (temperature and top_k are fixed in the graph).
+        CUDA torch tensors and CuPy arrays (on a cuda Decoder) stay on the device: the frame is enqueued on
+        `stream` (torch: a torch.cuda.Stream; CuPy: a cupy.cuda.Stream or ExternalStream; or a cudaStream_t as an
+        int; default the current stream of hidden's library) with no synchronisation, and the result is a CUDA array
+        of hidden's library (torch in, torch out; CuPy in, CuPy out); c0 and per-row seed/frame must then be CUDA
+        arrays of the same library and device (scalar seed/frame are made on the device). Values (finite hidden, c0
+        in range) are checked on the device and a failure is raised by the next sync() (or host-array call), not by
+        this call. Capturable (torch.cuda.graph, CuPy's Stream.begin_capture) after one eager call of the same batch
+        size (temperature and top_k are fixed in the graph). CuPy with a `stream` other than the current one: keep
+        the arrays you pass alive until that stream has run the frame (docs/device_api.md).
         hidden: [N, input_dim] float32 (float16/bfloat16/float64 converted), N >= 1; rows are consecutive frames of one
           stream, as in the CLI: row n uses `seed` and frame `frame + n`. Per-row keys: pass `seed` and/or `frame`
           as [N] integer arrays (then row n uses seed[n] / frame[n]).
@@ -509,8 +513,8 @@ class Decoder:
     def score(self, hidden, codes, text=None, stream=None):
         """Teacher-forced logits: (logits float32 [N, Q-1, V] of levels 1..Q-1 given codes 0..Q-2,
         logits0 float32 [N, V] = head0 · hidden, or None when the model has no head0); torch tensors when
-        `hidden` is a torch tensor, numpy arrays otherwise (see generate for the arrays accepted, CUDA tensors and
-        `stream` included).
+        `hidden` is a torch tensor, CuPy arrays when it is a CuPy array, numpy arrays otherwise (see generate for
+        the arrays accepted, CUDA arrays and `stream` included).
 
         hidden: [N, input_dim] as for generate; codes: [N, Q] int32/int64 in [0, V) (level Q-1 is not read but must
         be in range; Moshi: [0, V]); text: Moshi's text tokens as for generate. Moshi's logits0 are the logits of c0
