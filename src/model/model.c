@@ -613,8 +613,8 @@ static dd_status stack_rows(loader *L, const char *what, char (*names)[256], con
     return DD_OK;
 }
 
-/* Qwen3 code predictors (docs/formats.md): the Qwen3-Omni talker's predictor saved alone, or a whole Qwen3-TTS model
- * (tensors under "talker.code_predictor."). Input rows: position 0 the talker's hidden state, position 1 the
+/* Qwen3 code predictors (docs/formats.md): the Qwen3-Omni talker's predictor saved alone, or a whole Qwen3-Omni or
+ * Qwen3-TTS model (tensors under "talker.code_predictor."). Tables and heads may be MLX-quantized (stack_rows). Input rows: position 0 the talker's hidden state, position 1 the
  * talker's own codec table at c0 (its first V rows; it also holds special ids), position p >= 2
  * model.codec_embedding.{p-2} at c(p-1); all in the talker's width and, when it differs from the predictor's
  * (Qwen3-TTS), projected by small_to_mtp_projection (weight and bias) like the hidden state. Heads lm_head.{l-1}. */
