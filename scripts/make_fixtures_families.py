@@ -471,6 +471,21 @@ def predictor_refs(name, outdir, q, seed, tf, np_logits, next_embed, generate):
     return res
 
 
+def omni_generate(ref, tb, Q):
+    """generate(h, c0) for predictor_refs: the Qwen3-Omni predictor ref's own generate (KV cache, greedy) given the
+    talker's table tb, and the talker's next-embedding sum as its prepare_inputs_for_generation builds it from
+    generate's per-step input embeddings."""
+    def generate(h, c0):
+        with torch.no_grad():
+            g = ref.generate(inputs_embeds=torch.stack([torch.from_numpy(h), tb[torch.from_numpy(c0)]], 1),
+                             max_new_tokens=Q - 1, do_sample=False, output_hidden_states=True,
+                             return_dict_in_generate=True)
+            mid = [hid_[0] for hid_ in g.hidden_states[1:]]
+            last = ref.get_input_embeddings()[-1](g.sequences[..., -1:])
+            return g.sequences.numpy(), torch.cat([tb[torch.from_numpy(c0)][:, None]] + mid + [last], 1).sum(1).numpy()
+    return generate
+
+
 def qwen_fixture(outdir):
     from transformers.models.qwen3_omni_moe import modeling_qwen3_omni_moe as mq
     q = QWEN
@@ -522,20 +537,9 @@ def qwen_fixture(outdir):
     mq.Qwen3OmniMoeRotaryEmbedding.forward = _rope64
     rot.inv_freq = rot.original_inv_freq = torch.from_numpy(inv64)
 
-    def generate(h, c0):
-        """transformers' own generate (KV cache, greedy) and the talker's next-embedding sum as its
-        prepare_inputs_for_generation builds it from generate's per-step input embeddings."""
-        with torch.no_grad():
-            g = ref.generate(inputs_embeds=torch.stack([torch.from_numpy(h), tb[torch.from_numpy(c0)]], 1),
-                             max_new_tokens=Q - 1, do_sample=False, output_hidden_states=True,
-                             return_dict_in_generate=True)
-            mid = [hid_[0] for hid_ in g.hidden_states[1:]]
-            last = ref.get_input_embeddings()[-1](g.sequences[..., -1:])
-            return g.sequences.numpy(), torch.cat([tb[torch.from_numpy(c0)][:, None]] + mid + [last], 1).sum(1).numpy()
-
     res = predictor_refs("qwen3omni_tiny", outdir, q, 41, tf, lambda h, c: qwen_np(files, talker, h, c),
                          lambda c: talker[c[:, 0]] + sum(files[f"model.codec_embedding.{k - 1}.weight"][c[:, k]]
-                                                         for k in range(1, Q)), generate)
+                                                         for k in range(1, Q)), omni_generate(ref, tb, Q))
     return dict(res=res, r_un=r_un)
 
 

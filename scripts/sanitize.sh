@@ -92,7 +92,14 @@ stage_valgrind() {
             --out $o/c.npy --backend $b --threads 2
         vg_run 0 score --model $F/moshi_q12 --hidden $F/moshi_q12_hidden.npy --codes $F/moshi_q12_codes.npy \
             --text $F/moshi_q12_text.npy --out $o/l.npy --logits0 $o/l0.npy --backend $b
+        # the whole Qwen3-Omni (sharded; only the predictor's shards opened) and an MLX-quantized predictor
+        vg_run 0 score --model $F/qwen3omni_full --hidden $F/qwen3omni_tiny_hidden.npy \
+            --codes $F/qwen3omni_tiny_codes.npy --out $o/l.npy --backend $b
+        vg_run 0 score --model $F/qwen3omni_mlx_q4 --hidden $F/qwen3omni_mlx_q4_hidden.npy \
+            --codes $F/qwen3omni_mlx_q4_codes.npy --out $o/l.npy --backend $b --threads 2
     done
+    vg_run 0 info $F/qwen3omni_full
+    vg_run 0 info $F/qwen3omni_mlx_q8
     vg_run 1 generate --model $F/moshi_tiny --hidden $F/moshi_tiny_hidden.npy --out $o/c.npy
     vg_run 0 generate --model $F/gpt_f16.safetensors --hidden $F/gpt_f16_hidden.npy --out $o/c.npy --top-k 5 \
         --temperature 1.2 --batch 3 --backend cpu

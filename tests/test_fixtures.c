@@ -3,7 +3,10 @@
  * scripts/make_fixtures_families.py / make_fixtures_qwen3tts.py (the Qwen3-Omni and Qwen3-TTS code predictors as
  * their reference code saves them; no head0 there: c0 is given, the fixture's codes column 0) and Kyutai Moshi's
  * depformer (transformers' MoshiForConditionalGeneration / MoshiDepthDecoder; a text token per row, logits of all Q
- * levels, level 0 from position 0; references with whole-frame attention as the original).
+ * levels, level 0 from position 0; references with whole-frame attention as the original);
+ * scripts/make_fixtures_qwen3_layouts.py: the whole Qwen3-Omni checkpoint (sharded; its predictor holds
+ * qwen3omni_tiny's weights, so it passes qwen3omni_tiny's references) and Qwen3-Omni predictor directories quantized
+ * by MLX itself (q8 group 32, q4 group 64: layer matrices, heads and code tables).
  * For every backend available in this build: teacher-forced logits within 1e-4 * max|ref| (per fixture),
  * level-0 logits likewise, and greedy codes identical. Outputs are NaN-poisoned before each call.
  * DD_TEST_ONLY=<pattern> runs the tests whose names match (cmocka's filter, e.g. "test_moshi_*"). */
@@ -15,6 +18,7 @@
 
 #include "depthdec.h"
 #include "harness.h"
+#include "loader_util.h"
 #include "npy.h"
 
 #include <math.h>
@@ -362,6 +366,191 @@ static void test_qwen3_native(void **st) {
     check_native_copy(FX "qwen3tts_tiny", "qwen3tts_tiny", DD_F32);
 }
 
+/* The whole Qwen3-Omni checkpoint (Qwen3OmniMoeForConditionalGeneration.save_pretrained, 3 shards; the predictor and
+ * the talker's codec table in shards 1-2, shard 3 only the thinker): the predictor is qwen3omni_tiny's, so it passes
+ * qwen3omni_tiny's references, through the directory or its index file */
+static void test_qwen3omni_full(void **st) {
+    (void)st;
+    check_fixture(FX "qwen3omni_full", "qwen3omni_tiny");
+    check_fixture(FX "qwen3omni_full/model.safetensors.index.json", "qwen3omni_tiny");
+    check_next_embedding(FX "qwen3omni_full", "qwen3omni_tiny");
+}
+
+#define OMNI_SHARDS 3
+static const char *const omni_files[] = {"config.json", "model.safetensors.index.json",
+                                         "model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
+                                         "model-00003-of-00003.safetensors"};
+
+/* th_dir = a copy of qwen3omni_full, leaving out file `skip` (NULL: none) */
+static void omni_copy(const char *skip) {
+    assert_int_equal(th_rm_rf(th_dir), 0);
+    mkdir_ok(th_dir);
+    for (size_t i = 0; i < sizeof omni_files / sizeof *omni_files; i++) {
+        if (skip && strcmp(omni_files[i], skip) == 0) continue;
+        char src[256];
+        snprintf(src, sizeof src, FX "qwen3omni_full/%s", omni_files[i]);
+        put_file(src, omni_files[i], NULL);
+    }
+}
+
+/* th_dir's config.json with `edit` applied to its talker_config (jansson), or to the top object when top */
+static void omni_config(void (*edit)(json_t *top, json_t *talker)) {
+    char p[256];
+    json_error_t je;
+    json_t *j = json_load_file(FX "qwen3omni_full/config.json", 0, &je);
+    assert_non_null(j);
+    edit(j, json_object_get(j, "talker_config"));
+    TH_PATH(p, "config.json");
+    write_json(p, j);
+    json_decref(j);
+}
+static void no_talker(json_t *top, json_t *t) { (void)t, json_object_del(top, "talker_config"); }
+static void no_predictor(json_t *top, json_t *t) { (void)top, json_object_del(t, "code_predictor_config"); }
+static void no_text_config(json_t *top, json_t *t) { (void)top, json_object_del(t, "text_config"); }
+static void wide_talker(json_t *top, json_t *t) { (void)top, json_set(json_object_get(t, "text_config"), "hidden_size", "48"); }
+static void groups_differ(json_t *top, json_t *t) { (void)top, json_set(t, "num_code_groups", "16"); }
+
+/* Bad whole Qwen3-Omni directories: refused naming the file, shard, key or tensor; a shard holding nothing the
+ * predictor needs is never opened (its absence does not matter) */
+static void test_qwen3omni_full_bad(void **st) {
+    (void)st;
+    assert_int_equal(th_tmpdir("omni"), 0);
+    char p[256], shard[128] = "";
+    /* the thinker-only shard is not needed: the directory without it passes the fixture */
+    omni_copy("model-00003-of-00003.safetensors");
+    check_fixture(th_dir, "qwen3omni_tiny");
+    /* a shard that holds predictor tensors is missing: named */
+    omni_copy("model-00001-of-00003.safetensors");
+    expect_fail_in(th_dir, DD_EIO, "model-00001-of-00003.safetensors", NULL);
+    /* a predictor tensor missing from its shard and from the index: named */
+    omni_copy(NULL);
+    const char *gone = "talker.code_predictor.lm_head.3.weight";
+    json_error_t je;
+    json_t *ix = json_load_file(FX "qwen3omni_full/model.safetensors.index.json", 0, &je);
+    assert_non_null(ix);
+    json_t *wm = json_object_get(ix, "weight_map");
+    assert_true(json_is_string(json_object_get(wm, gone)));
+    snprintf(shard, sizeof shard, "%s", json_string_value(json_object_get(wm, gone)));
+    json_object_del(wm, gone);
+    TH_PATH(p, "model.safetensors.index.json");
+    write_json(p, ix);
+    json_decref(ix);
+    char src[256];
+    snprintf(src, sizeof src, FX "qwen3omni_full/%s", shard);
+    tset *ts = ts_load(src);
+    ts_drop(ts, gone);
+    TH_PATH(p, shard);
+    ts_write(ts, p);
+    ts_free(ts);
+    expect_fail_in(th_dir, DD_EMODEL, th_dir, gone);
+    /* configs: no talker (enable_audio_output false), no code predictor, no talker text_config, a talker wider than
+     * the predictor (Qwen3-Omni has no projection), the talker's code-group count disagreeing */
+    omni_copy(NULL);
+    char cfg[256];
+    TH_PATH(cfg, "config.json");
+    omni_config(no_talker);
+    expect_fail_in(th_dir, DD_EMODEL, cfg, "\"talker_config\"");
+    omni_config(no_predictor);
+    expect_fail_in(th_dir, DD_EMODEL, cfg, "talker_config.code_predictor_config");
+    omni_config(no_text_config);
+    expect_fail_in(th_dir, DD_EMODEL, cfg, "talker_config.text_config");
+    omni_config(wide_talker);
+    expect_fail_in(th_dir, DD_EMODEL, cfg, "talker_config.text_config.hidden_size 48 differs");
+    omni_config(groups_differ);
+    expect_fail_in(th_dir, DD_EMODEL, cfg, "talker_config.num_code_groups");
+    assert_int_equal(th_rm_rf(th_dir), 0);
+}
+
+/* Qwen3-Omni predictor directories quantized by MLX (layer matrices, heads lm_head.{j}, code tables
+ * codec_embedding.{j} and the talker's table: U32 + bf16 scales/biases); references from the float32-dequantized
+ * weights. Converted to native f32 (the dequantized values exactly) they pass too. */
+static void test_qwen3_mlx(void **st) {
+    (void)st;
+    check_fixture(FX "qwen3omni_mlx_q8", "qwen3omni_mlx_q8");
+    check_next_embedding(FX "qwen3omni_mlx_q8", "qwen3omni_mlx_q8");
+    check_fixture(FX "qwen3omni_mlx_q4", "qwen3omni_mlx_q4");
+    check_next_embedding(FX "qwen3omni_mlx_q4", "qwen3omni_mlx_q4");
+    check_native_copy(FX "qwen3omni_mlx_q4", "qwen3omni_mlx_q4", DD_F32);
+    dd_model *m;
+    dd_error e;
+    if (dd_model_load(&m, FX "qwen3omni_mlx_q8", &e)) fail_msg("%s", e.msg);
+    assert_int_equal(dd_model_config(m)->quant_bits, 8);
+    assert_int_equal(dd_model_config(m)->quant_group, 32);
+    dd_model_free(m);
+}
+
+/* th_dir = qwen3omni_mlx_q8 with its model.safetensors edited by `edit` and config.json `cfg` (NULL: as is) */
+static void mlx_case(void (*edit)(tset *), const char *cfg) {
+    assert_int_equal(th_rm_rf(th_dir), 0);
+    mkdir_ok(th_dir);
+    put_file(FX "qwen3omni_mlx_q8/talker_codec_embedding.safetensors", "talker_codec_embedding.safetensors", NULL);
+    put_file(FX "qwen3omni_mlx_q8/config.json", "config.json", cfg);
+    tset *ts = ts_load(FX "qwen3omni_mlx_q8/model.safetensors");
+    if (edit) edit(ts);
+    char p[256];
+    TH_PATH(p, "model.safetensors");
+    ts_write(ts, p);
+    ts_free(ts);
+}
+/* lm_head.4 dense bf16 among quantized heads */
+static void head_dense(tset *ts) {
+    ts_drop(ts, "lm_head.4.scales");
+    ts_drop(ts, "lm_head.4.biases");
+    ts_put(ts, "lm_head.4.weight", DD_ST_BF16, 2, (int64_t[]){64, 64});
+}
+/* codec_embedding.2 quantized with group 64 (1 scale per row half) among group-32 tables */
+static void table_group64(tset *ts) {
+    ts_put(ts, "model.codec_embedding.2.scales", DD_ST_BF16, 2, (int64_t[]){64, 1});
+    ts_put(ts, "model.codec_embedding.2.biases", DD_ST_BF16, 2, (int64_t[]){64, 1});
+}
+/* lm_head.0 without its biases */
+static void head_no_biases(tset *ts) { ts_drop(ts, "lm_head.0.biases"); }
+
+static void test_qwen3_mlx_bad(void **st) {
+    (void)st;
+    assert_int_equal(th_tmpdir("qmlx"), 0);
+    size_t n;
+    char *cfg = (char *)th_slurp(FX "qwen3omni_mlx_q8/config.json", &n);
+    mlx_case(NULL, NULL); /* the copy loads */
+    dd_model *m = load_ok(th_dir);
+    dd_model_free(m);
+    mlx_case(head_dense, NULL);
+    expect_fail_in(th_dir, DD_EMODEL, "lm_head.4.weight", "heads must share one dtype");
+    mlx_case(table_group64, NULL);
+    expect_fail_in(th_dir, DD_EMODEL, "model.codec_embedding.2", "group");
+    mlx_case(head_no_biases, NULL);
+    expect_fail_in(th_dir, DD_EMODEL, "lm_head.0.scales", "lm_head.0.biases");
+    /* the config's quantization disagrees with the tensors: the first quantized tensor read names itself */
+    json_error_t je;
+    json_t *j = json_loads(cfg, 0, &je);
+    assert_non_null(j);
+    json_set(j, "quantization", "{\"group_size\": 32, \"bits\": 4}");
+    char *c2 = json_dumps(j, 0);
+    mlx_case(NULL, c2);
+    expect_fail_in(th_dir, DD_EMODEL, "config says 4-bit", NULL);
+    free(c2);
+    /* without the config's quantization, the stacking itself refuses a table of another group */
+    json_object_del(j, "quantization");
+    json_object_del(j, "quantization_config");
+    c2 = json_dumps(j, 0);
+    mlx_case(NULL, c2);
+    m = load_ok(th_dir); /* bits and group from the shapes */
+    assert_int_equal(dd_model_config(m)->quant_bits, 8);
+    dd_model_free(m);
+    mlx_case(table_group64, c2);
+    expect_fail_in(th_dir, DD_EMODEL, "model.codec_embedding.2.weight", "code tables must share one quantization");
+    free(c2);
+    /* mlx-lm's per-module overrides are not supported: refused by key */
+    json_set(j, "quantization", "{\"group_size\": 32, \"bits\": 8, \"lm_head.0\": {\"group_size\": 64, \"bits\": 4}}");
+    c2 = json_dumps(j, 0);
+    mlx_case(NULL, c2);
+    expect_fail_in(th_dir, DD_EUNSUPPORTED, "config.json", "quantization[\"lm_head.0\"]");
+    free(c2);
+    json_decref(j);
+    free(cfg);
+    assert_int_equal(th_rm_rf(th_dir), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt_f16),
@@ -372,12 +561,17 @@ int main(void) {
         cmocka_unit_test(test_qwen3tts_tiny),
         cmocka_unit_test(test_qwen3_native),
         cmocka_unit_test(test_qwen3_bad_dirs),
+        cmocka_unit_test(test_qwen3omni_full),
+        cmocka_unit_test(test_qwen3omni_full_bad),
+        cmocka_unit_test(test_qwen3_mlx),
+        cmocka_unit_test(test_qwen3_mlx_bad),
         cmocka_unit_test(test_moshi_tiny),
         cmocka_unit_test(test_moshi_native),
         cmocka_unit_test(test_moshi_bad_dirs),
         cmocka_unit_test(test_kyutai_tiny),
         cmocka_unit_test(test_kyutai_bad),
     };
+    lt_verbose = getenv("DD_TEST_VERBOSE") && atoi(getenv("DD_TEST_VERBOSE")) > 0; /* print the refusals */
     if (getenv("DD_TEST_ONLY") && *getenv("DD_TEST_ONLY")) cmocka_set_test_filter(getenv("DD_TEST_ONLY")); /* e.g. "test_moshi_*" */
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -546,11 +546,15 @@ def test_decoder_refuses_a_second_thread():
 
 
 @needs_fixtures
-@pytest.mark.parametrize("name", ["qwen3omni_tiny", "qwen3tts_tiny"])
-def test_qwen3_predictors(name):
-    """Qwen3 code predictors as their reference code saves them: teacher-forced logits and greedy codes (c0 given)
-    against the float64 fixtures on every backend that runs them, and the talker's next input embedding."""
-    m = depthdec.Model(FIXTURES / name)
+@pytest.mark.parametrize("path, name", [("qwen3omni_tiny", "qwen3omni_tiny"), ("qwen3tts_tiny", "qwen3tts_tiny"),
+                                        ("qwen3omni_full", "qwen3omni_tiny"),
+                                        ("qwen3omni_mlx_q8", "qwen3omni_mlx_q8"),
+                                        ("qwen3omni_mlx_q4", "qwen3omni_mlx_q4")])
+def test_qwen3_predictors(path, name):
+    """Qwen3 code predictors as their reference code saves them (the predictor alone, the whole sharded Qwen3-Omni
+    holding qwen3omni_tiny's predictor, MLX-quantized directories, Qwen3-TTS): teacher-forced logits and greedy codes
+    (c0 given) against the float64 fixtures on every backend that runs them, and the talker's next input embedding."""
+    m = depthdec.Model(FIXTURES / path)
     c = m.config
     assert c["has_qk_norm"] is True and c["has_head0"] is False
     h, codes, greedy = fixture(name, "hidden"), fixture(name, "codes"), fixture(name, "greedy")

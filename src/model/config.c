@@ -231,25 +231,69 @@ dd_status dd_config_parse_csm(const char *src, const json_t *o, dd_config *c, dd
     return check_config(src, c, err);
 }
 
-/* Qwen3 code predictors: the Qwen3-Omni talker's predictor saved alone (model_type
- * "qwen3_omni_moe_talker_code_predictor", tensors unprefixed) or a whole Qwen3-TTS model ("qwen3_tts": the predictor
- * under talker_config.code_predictor_config, tensors under "talker.code_predictor.", the talker's width in
- * talker_config.hidden_size). input_dim is the talker's width (the Omni predictor alone: its own width; the loader
- * checks it against the projection tensor when there is one). */
+/* An MLX conversion's "quantization": {"group_size": G, "bits": B, ...} (mlx-lm writes it beside the model's own
+ * keys): when present, every quantized tensor must have these bits and group (load_mat checks each by name) and the
+ * layer matrices must be quantized. Per-module overrides (objects under the same key) are not supported. */
+static dd_status parse_hf_quant(const char *src, const json_t *o, dd_config *c, dd_error *err) {
+    const json_t *q = json_object_get(o, "quantization");
+    if (!q || json_is_null(q)) return DD_OK;
+    if (!json_is_object(q)) return dd_fail(err, DD_EMODEL, "%s: \"quantization\" must be an object", src);
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)q, key, v) {
+        if (json_is_object(v) || json_is_boolean(v))
+            return dd_fail(err, DD_EUNSUPPORTED, "%s: quantization[\"%s\"]: per-module quantization settings are not "
+                           "supported (one bits and group_size for the whole model)", src, key);
+    }
+    const json_t *mode = json_object_get(q, "mode");
+    if (mode && !json_is_null(mode) && (!json_is_string(mode) || strcmp(json_string_value(mode), "affine") != 0))
+        return dd_fail(err, DD_EUNSUPPORTED, "%s: quantization mode must be \"affine\"", src);
+    dd_status st;
+    if ((st = get_int(src, q, "bits", -1, 1, 64, &c->quant_bits, err)) ||
+        (st = get_int(src, q, "group_size", 64, 1, 1 << 20, &c->quant_group, err)))
+        return st;
+    return DD_OK;
+}
+
+/* Qwen3 code predictors, three layouts (docs/formats.md):
+ *  - the Qwen3-Omni talker's predictor saved alone (model_type "qwen3_omni_moe_talker_code_predictor", tensors
+ *    unprefixed; the talker's width is its own);
+ *  - a whole Qwen3-Omni model (Qwen3OmniMoeForConditionalGeneration: "qwen3_omni_moe"; the predictor under
+ *    talker_config.code_predictor_config, tensors under "talker.code_predictor.", the talker's width in
+ *    talker_config.text_config.hidden_size). The talker feeds its hidden state and codec embedding to the predictor
+ *    unprojected, so the two widths must agree;
+ *  - a whole Qwen3-TTS model ("qwen3_tts": the predictor under talker_config.code_predictor_config, tensors under
+ *    "talker.code_predictor.", the talker's width in talker_config.hidden_size; the loader checks it against the
+ *    projection tensor when there is one).
+ * input_dim is the talker's width. An MLX "quantization" key at the top level is read too (parse_hf_quant). */
 dd_status dd_config_parse_qwen3(const char *src, const json_t *o, dd_config *c, const char **prefix, dd_error *err) {
     memset(c, 0, sizeof *c);
     if (!json_is_object(o)) return dd_fail(err, DD_EMODEL, "%s: not a JSON object", src);
     const json_t *mt = json_object_get(o, "model_type");
     const char *t = json_is_string(mt) ? json_string_value(mt) : "";
-    const json_t *d = o, *talker = NULL;
-    const char *where = "";
-    if (strcmp(t, "qwen3_tts") == 0) {
+    const json_t *d = o, *talker = NULL, *width_obj = NULL;
+    const char *where = "", *width_key = "";
+    int omni = strcmp(t, "qwen3_omni_moe") == 0;
+    if (strcmp(t, "qwen3_tts") == 0 || omni) {
         talker = json_object_get(o, "talker_config");
-        d = json_is_object(talker) ? json_object_get(talker, "code_predictor_config") : NULL;
+        if (!json_is_object(talker))
+            return dd_fail(err, DD_EMODEL, "%s: missing object \"talker_config\" (the talker and its code predictor%s)",
+                           src, omni ? "; a Qwen3-Omni saved with enable_audio_output false has none" : "");
+        d = json_object_get(talker, "code_predictor_config");
         if (!json_is_object(d))
             return dd_fail(err, DD_EMODEL, "%s: missing object \"talker_config.code_predictor_config\"", src);
         where = "talker_config.code_predictor_config.";
         *prefix = "talker.code_predictor.";
+        if (omni) {
+            width_obj = json_object_get(talker, "text_config");
+            if (!json_is_object(width_obj))
+                return dd_fail(err, DD_EMODEL, "%s: missing object \"talker_config.text_config\" (the talker's width)",
+                               src);
+            width_key = "talker_config.text_config.hidden_size";
+        } else {
+            width_obj = talker;
+            width_key = "talker_config.hidden_size";
+        }
     } else if (strcmp(t, "qwen3_omni_moe_talker_code_predictor") == 0) {
         *prefix = "";
     } else {
@@ -260,7 +304,27 @@ dd_status dd_config_parse_qwen3(const char *src, const json_t *o, dd_config *c, 
         (st = parse_hf_llama(src, where, d, c, err)))
         return st;
     c->input_dim = c->dim;
-    if (talker && (st = get_int(src, talker, "hidden_size", -1, 1, DD_MAX_DIM, &c->input_dim, err))) return st;
+    if (width_obj) {
+        const json_t *hs = json_object_get(width_obj, "hidden_size");
+        if (!hs || json_is_null(hs)) return dd_fail(err, DD_EMODEL, "%s: config: missing \"%s\"", src, width_key);
+        if (!json_is_integer(hs) || json_integer_value(hs) < 1 || json_integer_value(hs) > DD_MAX_DIM)
+            return dd_fail(err, DD_EMODEL, "%s: config: \"%s\" must be an integer in [1, %d]", src, width_key,
+                           DD_MAX_DIM);
+        c->input_dim = (int)json_integer_value(hs);
+    }
+    if (omni) {
+        if (c->input_dim != c->dim)
+            return dd_fail(err, DD_EMODEL,
+                           "%s: %s %d differs from %shidden_size %d: Qwen3-Omni feeds the talker's hidden state and "
+                           "codec embedding to its code predictor unprojected, so they must agree",
+                           src, width_key, c->input_dim, where, c->dim);
+        /* the talker asks its predictor for num_code_groups - 1 codes: the two counts must agree */
+        const json_t *tq = json_object_get(talker, "num_code_groups");
+        if (tq && !json_is_null(tq) && (!json_is_integer(tq) || json_integer_value(tq) != c->levels))
+            return dd_fail(err, DD_EMODEL, "%s: talker_config.num_code_groups differs from %snum_code_groups %d", src,
+                           where, c->levels);
+    }
+    if ((st = parse_hf_quant(src, o, c, err))) return st;
     c->has_qk_norm = 1;
     return check_config(src, c, err);
 }
@@ -316,7 +380,9 @@ dd_family dd_config_family(const json_t *o) {
     const json_t *mt = json_is_object(o) ? json_object_get(o, "model_type") : NULL;
     const char *t = json_is_string(mt) ? json_string_value(mt) : "";
     if (strcmp(t, "csm") == 0) return DD_FAMILY_CSM;
-    if (strcmp(t, "qwen3_tts") == 0 || strcmp(t, "qwen3_omni_moe_talker_code_predictor") == 0) return DD_FAMILY_QWEN3;
+    if (strcmp(t, "qwen3_tts") == 0 || strcmp(t, "qwen3_omni_moe") == 0 ||
+        strcmp(t, "qwen3_omni_moe_talker_code_predictor") == 0)
+        return DD_FAMILY_QWEN3;
     if (strcmp(t, "moshi") == 0 || strcmp(t, "moshi_depth") == 0) return DD_FAMILY_MOSHI;
     return DD_FAMILY_NATIVE;
 }

@@ -8,8 +8,8 @@ typedef enum dd_family { DD_FAMILY_NATIVE = 0, DD_FAMILY_CSM = 1, DD_FAMILY_QWEN
 dd_status dd_config_parse_native(const char *src, const json_t *o, dd_config *c, dd_error *err);
 /* Parse an HF CSM config.json object (model_type "csm", depth_decoder_config, rope_parameters or rope_scaling). */
 dd_status dd_config_parse_csm(const char *src, const json_t *o, dd_config *c, dd_error *err);
-/* Parse a Qwen3 code predictor's config.json (model_type "qwen3_omni_moe_talker_code_predictor" or "qwen3_tts");
- * *prefix gets the predictor's tensor-name prefix. */
+/* Parse a Qwen3 code predictor's config.json (model_type "qwen3_omni_moe_talker_code_predictor", "qwen3_omni_moe" or
+ * "qwen3_tts", and an MLX "quantization" key); *prefix gets the predictor's tensor-name prefix. */
 dd_status dd_config_parse_qwen3(const char *src, const json_t *o, dd_config *c, const char **prefix, dd_error *err);
 /* Parse Kyutai Moshi's config.json as transformers writes it: model_type "moshi" (MoshiForConditionalGeneration; the
  * depformer's dims under depth_decoder_config, tensors under "depth_decoder.") or "moshi_depth" (MoshiDepthDecoder

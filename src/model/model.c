@@ -573,31 +573,48 @@ static dd_status load_csm_tensors(loader *L, dd_error *err) {
     return DD_OK;
 }
 
-/* The top `rows` rows of n dense matrices stacked into one owned [n rows, cols] view (the engine reads a level's
- * table or head as rows of one matrix). All must share one dense type: a quantized or mixed-type set is refused by
- * name. */
+/* The top `rows` rows of n matrices stacked into one owned [n rows, cols] view (the engine reads a level's table or
+ * head as rows of one matrix). Dense: all of one type. MLX-quantized (q8/q4: U32 words + scales + biases): all of
+ * one type, group and scale dtype; the words, scales and biases of each are stacked as they are, so the values
+ * (scale·q + bias, dequantized by every backend as for any quantized matrix) are those of the files. A mixed set
+ * is refused naming the two tensors. */
 static dd_status stack_rows(loader *L, const char *what, char (*names)[256], const dd_weight *ws, int64_t rows, int n,
                             dd_weight *out, dd_error *err) {
-    for (int i = 0; i < n; i++) {
-        if (ws[i].type != DD_F32 && ws[i].type != DD_F16 && ws[i].type != DD_BF16)
-            return dd_fail(err, DD_EUNSUPPORTED,
-                           "%s: tensor '%s' is quantized: the %s must be dense here (quantize the converted model with "
-                           "`depthdec quantize` instead)",
-                           L->label, names[i], what);
+    const int quant = ws[0].type == DD_Q8 || ws[0].type == DD_Q4;
+    for (int i = 1; i < n; i++) {
         if (ws[i].type != ws[0].type)
             return dd_fail(err, DD_EMODEL, "%s: tensor '%s' is %s but '%s' is %s: the %s must share one dtype",
                            L->label, names[i], dd_dtype_name(ws[i].type), names[0], dd_dtype_name(ws[0].type), what);
+        if (quant && (ws[i].group != ws[0].group || ws[i].sb_type != ws[0].sb_type))
+            return dd_fail(err, DD_EMODEL,
+                           "%s: tensor '%s' is quantized with group %d and %s scales but '%s' with group %d and %s "
+                           "scales: the %s must share one quantization",
+                           L->label, names[i], ws[i].group, dd_dtype_name(ws[i].sb_type), names[0], ws[0].group,
+                           dd_dtype_name(ws[0].sb_type), what);
     }
-    const size_t rb = ws[0].row_bytes, part = (size_t)rows * rb;
-    uint8_t *buf = dd_model_own(L->m, malloc((size_t)n * part + 1));
+    const size_t rb = ws[0].row_bytes, part = (size_t)rows * rb, sbp = (size_t)rows * ws[0].sb_row_bytes;
+    /* one buffer: data of all n, then (quantized) their scales, then their biases */
+    uint8_t *buf = dd_model_own(L->m, malloc((size_t)n * (part + (quant ? 2 * sbp : 0)) + 1));
     if (!buf) return dd_fail(err, DD_ENOMEM, "%s: out of memory stacking the %s", L->label, what);
     for (int i = 0; i < n; i++) memcpy(buf + (size_t)i * part, ws[i].data, part);
     *out = (dd_weight){.type = ws[0].type, .rows = (int64_t)n * rows, .cols = ws[0].cols, .data = buf, .row_bytes = rb};
+    if (quant) {
+        uint8_t *sc = buf + (size_t)n * part, *bi = sc + (size_t)n * sbp;
+        for (int i = 0; i < n; i++) {
+            memcpy(sc + (size_t)i * sbp, ws[i].scales, sbp);
+            memcpy(bi + (size_t)i * sbp, ws[i].biases, sbp);
+        }
+        out->scales = sc;
+        out->biases = bi;
+        out->sb_type = ws[0].sb_type;
+        out->group = ws[0].group;
+        out->sb_row_bytes = ws[0].sb_row_bytes;
+    }
     return DD_OK;
 }
 
-/* Qwen3 code predictors (docs/formats.md): the Qwen3-Omni talker's predictor saved alone, or a whole Qwen3-TTS model
- * (tensors under "talker.code_predictor."). Input rows: position 0 the talker's hidden state, position 1 the
+/* Qwen3 code predictors (docs/formats.md): the Qwen3-Omni talker's predictor saved alone, or a whole Qwen3-Omni or
+ * Qwen3-TTS model (tensors under "talker.code_predictor."). Tables and heads may be MLX-quantized (stack_rows). Input rows: position 0 the talker's hidden state, position 1 the
  * talker's own codec table at c0 (its first V rows; it also holds special ids), position p >= 2
  * model.codec_embedding.{p-2} at c(p-1); all in the talker's width and, when it differs from the predictor's
  * (Qwen3-TTS), projected by small_to_mtp_projection (weight and bias) like the hidden state. Heads lm_head.{l-1}. */
@@ -798,8 +815,31 @@ static json_t *load_json(const char *path, dd_status *st, dd_error *err) {
     return j;
 }
 
-/* Qwen3: the other .safetensors files of the directory too (the talker's codec table may sit in its own file) */
-static dd_status add_other_files(dd_model *m, const char *dir, dd_error *err) {
+/* Whether the family's loader can ask for tensor `name`: a whole Qwen3 model (Qwen3-Omni, Qwen3-TTS) needs only its
+ * predictor (m->prefix) and the talker's codec table, a whole Moshi only its depth decoder; everything else may be
+ * asked for (CSM reads tensors of several top-level modules). Shards holding no wanted tensor are not opened. */
+static int wanted(const dd_model *m, const char *name) {
+    static const char talker_table[] = "talker.model.codec_embedding.";
+    size_t n = strlen(m->prefix);
+    if (!n || (m->family != DD_FAMILY_QWEN3 && m->family != DD_FAMILY_MOSHI)) return 1;
+    if (strncmp(name, m->prefix, n) == 0) return 1;
+    return m->family == DD_FAMILY_QWEN3 && strncmp(name, talker_table, sizeof talker_table - 1) == 0;
+}
+
+/* Is `file` a shard named by the index's weight_map (NULL: no index)? */
+static int in_weight_map(const json_t *wm, const char *file) {
+    const char *key;
+    json_t *v;
+    if (!wm) return 0;
+    json_object_foreach((json_t *)wm, key, v) {
+        if (json_is_string(v) && strcmp(json_string_value(v), file) == 0) return 1;
+    }
+    return 0;
+}
+
+/* Qwen3: the other .safetensors files of the directory too (the talker's codec table may sit in its own file); the
+ * shards of an index (wm) are opened only through it, when they hold a tensor the loader wants. */
+static dd_status add_other_files(dd_model *m, const char *dir, const json_t *wm, dd_error *err) {
     DIR *dp = opendir(dir);
     if (!dp) return dd_fail(err, DD_EIO, "%s: cannot list the directory", dir);
     dd_status s = DD_OK;
@@ -807,6 +847,7 @@ static dd_status add_other_files(dd_model *m, const char *dir, dd_error *err) {
     while (!s && (e = readdir(dp))) {
         size_t n = strlen(e->d_name);
         if (n < 12 || strcmp(e->d_name + n - 12, ".safetensors") != 0 || e->d_name[0] == '.') continue;
+        if (in_weight_map(wm, e->d_name)) continue;
         char sp[1200];
         snprintf(sp, sizeof sp, "%s/%s", dir, e->d_name);
         int seen = 0;
@@ -817,8 +858,9 @@ static dd_status add_other_files(dd_model *m, const char *dir, dd_error *err) {
     return s;
 }
 
-/* HF directory: config.json + model.safetensors, or model.safetensors.index.json listing shards (Qwen3: and the
- * directory's other .safetensors files). */
+/* HF directory: config.json + model.safetensors, or model.safetensors.index.json listing shards, of which only those
+ * holding a tensor the family's loader wants are opened (wanted(); a whole Qwen3-Omni's thinker is never mapped).
+ * Qwen3: the directory's other .safetensors files too. */
 static dd_status open_hf_dir(dd_model *m, const char *dir, dd_error *err) {
     char path[1200];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -826,6 +868,7 @@ static dd_status open_hf_dir(dd_model *m, const char *dir, dd_error *err) {
     json_t *cj = load_json(path, &s, err);
     if (!cj) return s;
     m->family = dd_config_family(cj);
+    m->prefix = "";
     if (m->family == DD_FAMILY_QWEN3) {
         s = dd_config_parse_qwen3(path, cj, &m->cfg, &m->prefix, err);
     } else if (m->family == DD_FAMILY_MOSHI) {
@@ -839,7 +882,7 @@ static dd_status open_hf_dir(dd_model *m, const char *dir, dd_error *err) {
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if (is_file(path)) {
         s = add_map(m, path, err);
-        return s || m->family != DD_FAMILY_QWEN3 ? s : add_other_files(m, dir, err);
+        return s || m->family != DD_FAMILY_QWEN3 ? s : add_other_files(m, dir, NULL, err);
     }
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
     struct stat sb;
@@ -855,6 +898,7 @@ static dd_status open_hf_dir(dd_model *m, const char *dir, dd_error *err) {
     const char *key;
     json_t *v;
     s = DD_OK;
+    int listed = 0;
     json_object_foreach(wm, key, v) {
         const char *shard = json_string_value(v);
         if (!shard || strchr(shard, '/') || strcmp(shard, "..") == 0 || !*shard) {
@@ -862,16 +906,20 @@ static dd_status open_hf_dir(dd_model *m, const char *dir, dd_error *err) {
                         shard ? shard : "(not a string)");
             break;
         }
+        listed = 1;
+        if (!wanted(m, key)) continue;
         char sp[1200];
         snprintf(sp, sizeof sp, "%s/%s", dir, shard);
         int seen = 0;
         for (int i = 0; i < m->nmaps && !seen; i++) seen = strcmp(m->maps[i].path, sp) == 0;
         if (!seen && (s = add_map(m, sp, err))) break;
     }
+    if (!s && !listed) s = dd_fail(err, DD_EMODEL, "%s: weight_map lists no shards", path);
+    if (!s && m->nmaps == 0)
+        s = dd_fail(err, DD_EMODEL, "%s: weight_map lists no tensor under '%s'", path, m->prefix);
+    if (!s && m->family == DD_FAMILY_QWEN3) s = add_other_files(m, dir, wm, err);
     json_decref(ij);
     if (s) return s;
-    if (m->nmaps == 0) return dd_fail(err, DD_EMODEL, "%s: weight_map lists no shards", path);
-    if (m->family == DD_FAMILY_QWEN3 && (s = add_other_files(m, dir, err))) return s;
     /* a tensor name in two shards is ambiguous */
     for (int i = 0; i < m->nmaps; i++)
         for (int k = 0; k < m->maps[i].n; k++)
