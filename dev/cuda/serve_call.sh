@@ -8,12 +8,13 @@
 #      stream counts (10 s each), JSON lines into $OUT/serve_load.jsonl
 #   3. the Serve tests (python/tests/test_serve.py: cpu replicas, the killed-replica case) with this machine's Ray
 #   OUT=$OUT bash dev/cuda/serve_call.sh      (carry .raysite and build-cuda/{cuobj,obj,tobj}; ~5 min)
-CALL=serve MAKE_TARGET=lib source "$(dirname "$0")/call_env.sh"
+CALL=serve source "$(dirname "$0")/call_env.sh"
 export DEPTHDEC_CUDA=1 DEPTHDEC_LIB=$PWD/$B/libdepthdec.a
 rm -rf /tmp/ddsite python/build
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/ddsite ./python >"$R/pip.log" 2>&1
 log "package rc $? ($(el))"
-mkdir -p /tmp/raysite && xz -dc .raysite/raysite.tar.xz | tar xf - -C /tmp/raysite
+mkdir -p /tmp/raysite && xz -dc .raysite/raysite.tar.xz | tar xf - -C /tmp/raysite &&
+    xz -dc .raysite/extra.tar.xz | tar xf - -C /tmp/raysite
 log "raysite rc $? ($(el))"
 export PYTHONPATH=/tmp/ddsite:/tmp/raysite RAY_USAGE_STATS_ENABLED=0
 log "$(python3 -c 'import ray, ray.serve, websockets, depthdec; print("ray", ray.__version__, "backends", depthdec.available_backends())' 2>&1 | tail -1)"
@@ -23,6 +24,7 @@ for M in gpt csm; do
     SP=$!
     for i in $(seq 90); do
         python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8000/info', timeout=1)" 2>/dev/null && break
+        kill -0 $SP 2>/dev/null || { log "server $M exited: $(tail -3 "$R/server_$M.log" | tr '\n' ' ')"; break; }
         sleep 1
     done
     log "server $M up after ~$i s ($(el)): $(python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8000/info').read().decode()[:160])" 2>&1 | tail -1)"
@@ -42,6 +44,8 @@ for M in gpt csm; do
     ray_stop=$(python3 -c "import sys; sys.argv=['ray','stop','--force']; from ray.scripts.scripts import main; main()" 2>&1 | tail -1)
     log "ray stop: $ray_stop"
 done
+DD_TEST_ONLY= timeout 120 $B/test_fixtures >"$R/test_fixtures.log" 2>&1
+log "test_fixtures (cuda included) rc $?: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$R/test_fixtures.log" | tr '\n' ' ')"
 (cd /tmp && timeout 200 python3 -m pytest -q -rs -p no:cacheprovider "$OLDPWD/python/tests/test_serve.py") \
     >"$R/pytest_serve.log" 2>&1
 log "pytest test_serve rc $? ($(el)): $(tail -1 "$R/pytest_serve.log")"

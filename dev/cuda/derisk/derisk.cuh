@@ -235,6 +235,31 @@ template <class F> static double dr_time_us(F f, int warm, int reps, void *flush
     return dr_median(t);
 }
 
+/* us per call of f when n calls are enqueued back to back (events around the n calls; median of reps): the GPU's
+ * time per call once the host's enqueue runs ahead of it, launch gaps included, as in a sequence of ops */
+template <class F> static double dr_seq_us(F f, int n, int reps) {
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    f();
+    CK_LAUNCH();
+    CK(cudaDeviceSynchronize());
+    std::vector<double> t;
+    for (int i = 0; i < reps; i++) {
+        CK(cudaEventRecord(a));
+        for (int j = 0; j < n; j++) f();
+        CK(cudaEventRecord(b));
+        CK(cudaEventSynchronize(b));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        t.push_back(ms * 1e3 / n);
+    }
+    CK_LAUNCH();
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    return dr_median(t);
+}
+
 /* ---- bf16 test values (mma_swap.cu, wgmma_bits.cu): a fixed xorshift stream, bf16 bit patterns by flavour ---- */
 static uint64_t rs = 0x9E3779B97F4A7C15ull;
 static uint32_t rnd(void) {

@@ -488,10 +488,10 @@ int main(int argc, char **argv) {
             for (size_t i = 0; i < outs; i++) nz += f2u(yref[i]) != 0 && f2u(yref[i]) != 0x80000000u,
                                                 negz += f2u(yref[i]) == 0x80000000u;
             const double ref_us = dr_time_us(ref_gemm, 3, REPS), ref_cold = dr_time_us(ref_gemm, 3, REPS, d_flush, FLUSH_BYTES);
-            const double stage_us = dr_time_us(ref_stage, 3, REPS);
-            printf("RESULT tput_linear_ref shape=%s T=%d us=%.2f us_cold=%.2f TFLOPs=%.1f stage_us=%.2f selfcheck_bad=%ld "
-                   "maxrel=%.1e\n",
-                   sh.name, T, ref_us, ref_cold, flops / ref_us * 1e-6, stage_us, bad, maxrel);
+            const double stage_us = dr_time_us(ref_stage, 3, REPS), ref_seq = dr_seq_us(ref_gemm, 20, 11);
+            printf("RESULT tput_linear_ref shape=%s T=%d us=%.2f us_cold=%.2f us_seq=%.2f TFLOPs=%.1f stage_us=%.2f "
+                   "selfcheck_bad=%ld maxrel=%.1e\n",
+                   sh.name, T, ref_us, ref_cold, ref_seq, flops / ref_us * 1e-6, stage_us, bad, maxrel);
             printf("#   %s T=%d reference outputs: %zu = %ld nonzero + %ld +0 + %ld -0\n", sh.name, T, outs, nz,
                    (long)outs - nz - negz, negz);
 
@@ -534,15 +534,16 @@ int main(int argc, char **argv) {
                                T, S, i / N, i % N, u, yref[i], v, y[i]);
                     diff++;
                 }
-                double us = 0, us_cold = 0;
+                double us = 0, us_cold = 0, us_seq = 0;
                 if (!herr) { /* (a timed-out pipeline is not timed: each run would wait for the deadline) */
                     us = dr_time_us(run, 3, REPS);
                     us_cold = dr_time_us(run, 3, REPS, d_flush, FLUSH_BYTES);
+                    us_seq = dr_seq_us(run, 20, 11); /* 20 runs back to back, as ops of a sequence */
                     CK(cudaMemcpy(&herr, d_err, sizeof(int), cudaMemcpyDeviceToHost));
                 }
-                printf("RESULT tput_linear shape=%s T=%d S=%d us=%.2f us_cold=%.2f TFLOPs=%.1f (4*N*K*T flops) diff=%ld "
-                       "split_us=%.2f ctas=%d partial_MB=%.1f timeouts=%d\n",
-                       sh.name, T, S, us, us_cold, us > 0 ? flops / us * 1e-6 : 0.0, diff, split_us, tiles * S,
+                printf("RESULT tput_linear shape=%s T=%d S=%d us=%.2f us_cold=%.2f us_seq=%.2f TFLOPs=%.1f (4*N*K*T flops) "
+                       "diff=%ld split_us=%.2f ctas=%d partial_MB=%.1f timeouts=%d\n",
+                       sh.name, T, S, us, us_cold, us_seq, us > 0 ? flops / us * 1e-6 : 0.0, diff, split_us, tiles * S,
                        S > 1 ? (double)np * outs * 4 / 1048576.0 : 0.0, herr);
                 if (diff || herr) {
                     printf("FAIL tput_linear %s T=%d S=%d: %ld outputs differ from the engine, %d pipeline timeouts\n",
