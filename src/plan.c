@@ -30,13 +30,16 @@ static dd_plan_rows rows(int buf, int span, int first, int n) {
 }
 static dd_plan_rows all(int buf, int P) { return rows(buf, P, 0, P); }
 
-static dd_plan_linear *linear(builder *B, dd_plan_rows y, dd_plan_rows x, const dd_weight *w, const float *bias) {
+static dd_plan_linear *linear(builder *B, dd_plan_rows y, dd_plan_rows x, const dd_weight *w, const float *bias,
+                              int mat, int entry) {
     dd_plan_op *o = push(B, DD_OP_LINEAR);
     if (!o) return NULL;
     o->lin.y = y;
     o->lin.x = x;
     o->lin.nseg = 1;
     o->lin.seg[0] = (dd_linear_seg){w, NULL, bias, NULL};
+    o->lin.mat = mat;
+    o->lin.entry = entry;
     return &o->lin;
 }
 
@@ -59,7 +62,8 @@ static void layers(builder *B, const dd_model *m, int P, int p0) {
     const int gpt = c->block == DD_BLOCK_GPT;
     for (int li = 0; li < c->layers; li++) {
         const dd_layer *l = dd_model_layer(m, p0, li);
-        dd_plan_linear *L = linear(B, all(DD_BUF_QKV, P), all(DD_BUF_X, P), &l->wq, l->bq);
+        const int e = (int)(l - m->layer); /* its layer entry */
+        dd_plan_linear *L = linear(B, all(DD_BUF_QKV, P), all(DD_BUF_X, P), &l->wq, l->bq, DD_MAT_QKV, e);
         if (!L) return;
         L->nseg = 3;
         L->seg[1] = (dd_linear_seg){&l->wk, NULL, l->bk, NULL};
@@ -70,17 +74,17 @@ static void layers(builder *B, const dd_model *m, int P, int p0) {
         if (!o) return;
         o->att = (dd_plan_attend){.out = all(DD_BUF_ATT, P), .qkv = all(DD_BUF_QKV, P), .layer = li, .P = P,
                                   .p0 = p0, .H = c->heads, .KVH = c->kv_heads, .HD = c->head_dim,
-                                  .rope = c->has_rope, .qk_norm = c->has_qk_norm};
+                                  .rope = c->has_rope, .qk_norm = c->has_qk_norm, .entry = e};
 
-        if (!(L = linear(B, all(DD_BUF_X, P), all(DD_BUF_ATT, P), &l->wo, l->bo))) return;
+        if (!(L = linear(B, all(DD_BUF_X, P), all(DD_BUF_ATT, P), &l->wo, l->bo, DD_MAT_OUT, e))) return;
         L->residual = 1;
 
-        if (!(L = linear(B, all(DD_BUF_FF, P), all(DD_BUF_X, P), &l->fc1, l->b1))) return;
+        if (!(L = linear(B, all(DD_BUF_FF, P), all(DD_BUF_X, P), &l->fc1, l->b1, DD_MAT_FC1, e))) return;
         if (!gpt) L->seg[0].w2 = &l->up;
         L->act = gpt ? DD_ACT_GELU : DD_ACT_SWIGLU;
         normed(L, c, l->norm2_w, l->norm2_b);
 
-        if (!(L = linear(B, all(DD_BUF_X, P), all(DD_BUF_FF, P), &l->fc2, l->b2))) return;
+        if (!(L = linear(B, all(DD_BUF_X, P), all(DD_BUF_FF, P), &l->fc2, l->b2, DD_MAT_FC2, e))) return;
         L->residual = 1;
     }
 }
@@ -96,14 +100,15 @@ static void prelude_inputs(builder *B, const dd_model *m) {
         break;
     case DD_IN_PROJ: {
         gather(B, rows(DD_BUF_X, 2, 1, 1), DD_GATHER_EMBED, 0, D, pos ? 1 : -1);
-        dd_plan_linear *L = linear(B, rows(DD_BUF_X, 2, 0, 1), all(DD_BUF_HIDDEN, 1), &m->in_proj, m->in_bias);
+        dd_plan_linear *L = linear(B, rows(DD_BUF_X, 2, 0, 1), all(DD_BUF_HIDDEN, 1), &m->in_proj, m->in_bias,
+                                   DD_MAT_IN_PROJ, 0);
         if (L) L->add = m->pos; /* pos[0] */
         break;
     }
     case DD_IN_PROJ_PER_PASS: {
         gather(B, rows(DD_BUF_XIN, 2, 0, 1), DD_GATHER_HIDDEN, 0, I, -1);
         gather(B, rows(DD_BUF_XIN, 2, 1, 1), DD_GATHER_EMBED, 0, I, -1);
-        linear(B, all(DD_BUF_X, 2), all(DD_BUF_XIN, 2), &m->in_proj, m->in_bias);
+        linear(B, all(DD_BUF_X, 2), all(DD_BUF_XIN, 2), &m->in_proj, m->in_bias, DD_MAT_IN_PROJ, 0);
         dd_plan_op *o = pos ? push(B, DD_OP_ADD_POS) : NULL;
         if (o) o->pos = (dd_plan_add_pos){all(DD_BUF_X, 2), 0};
         break;
@@ -121,14 +126,14 @@ static void per_position_frame(builder *B, const dd_model *m, dd_plan_kind kind)
         if (l == 0 && kind == DD_PLAN_DECODE_C0) push(B, DD_OP_CODE_C0);
         /* the input row: the text token (position 0) or the previous level's code, + in_proj[l] . h */
         gather(B, all(DD_BUF_X, 1), l == 0 ? DD_GATHER_TEXT : DD_GATHER_EMBED, l > 0 ? l - 1 : 0, m->cfg.dim, -1);
-        dd_plan_linear *L = linear(B, all(DD_BUF_X, 1), all(DD_BUF_HIDDEN, 1), &p->inp[l], NULL);
+        dd_plan_linear *L = linear(B, all(DD_BUF_X, 1), all(DD_BUF_HIDDEN, 1), &p->inp[l], NULL, DD_MAT_IN_PROJ, l);
         if (!L) return;
         L->residual = 1;
         layers(B, m, 1, l);
         if (l == 0 && kind != DD_PLAN_DECODE && kind != DD_PLAN_SCORE_L0) continue; /* c0 given or not wanted */
         dd_plan_rows y = all(l == 0 ? DD_BUF_LOGITS0 : DD_BUF_LOGITS, 1);
         y.level = (uint8_t)l;
-        linear(B, y, all(DD_BUF_X, 1), &p->head[l], NULL); /* no final norm */
+        linear(B, y, all(DD_BUF_X, 1), &p->head[l], NULL, DD_MAT_HEAD, l); /* no final norm */
         if (decode) {
             dd_plan_op *o = push(B, DD_OP_SAMPLE);
             if (o) o->smp = (dd_plan_sample){y, l};
@@ -180,7 +185,7 @@ dd_status dd_plan_build(dd_plan *p, const dd_model *m, dd_plan_kind kind, dd_err
 
     /* prelude: level 0's code, pass 1's inputs */
     if (kind == DD_PLAN_DECODE || kind == DD_PLAN_SCORE_L0)
-        linear(&B, all(DD_BUF_LOGITS0, 1), all(DD_BUF_HIDDEN, 1), &m->head0, NULL);
+        linear(&B, all(DD_BUF_LOGITS0, 1), all(DD_BUF_HIDDEN, 1), &m->head0, NULL, DD_MAT_HEAD0, 0);
     if (kind == DD_PLAN_DECODE) {
         dd_plan_op *o = push(&B, DD_OP_SAMPLE);
         if (o) o->smp = (dd_plan_sample){all(DD_BUF_LOGITS0, 1), 0};
@@ -195,7 +200,7 @@ dd_status dd_plan_build(dd_plan *p, const dd_model *m, dd_plan_kind kind, dd_err
         layers(&B, m, P, p0);
         dd_plan_rows y = all(DD_BUF_LOGITS, 1);
         y.level = (uint8_t)l;
-        dd_plan_linear *L = linear(&B, y, rows(DD_BUF_X, P, P - 1, 1), &p->head[l - 1], NULL);
+        dd_plan_linear *L = linear(&B, y, rows(DD_BUF_X, P, P - 1, 1), &p->head[l - 1], NULL, DD_MAT_HEAD, l - 1);
         if (L) normed(L, c, m->norm_w, m->norm_b);
         if (decode) {
             dd_plan_op *o = push(&B, DD_OP_SAMPLE);
@@ -205,7 +210,7 @@ dd_status dd_plan_build(dd_plan *p, const dd_model *m, dd_plan_kind kind, dd_err
         /* pass l+1's input: emb l(c_l) at position l+1 */
         if (p->in == DD_IN_PROJ_PER_PASS) {
             gather(&B, all(DD_BUF_XIN, 1), DD_GATHER_EMBED, l, I, -1);
-            linear(&B, all(DD_BUF_X, 1), all(DD_BUF_XIN, 1), &m->in_proj, m->in_bias);
+            linear(&B, all(DD_BUF_X, 1), all(DD_BUF_XIN, 1), &m->in_proj, m->in_bias, DD_MAT_IN_PROJ, 0);
             /* no learned positions here: a CSM-layout (llama) model has none (model.c rejects pos.weight) */
         } else {
             gather(&B, all(DD_BUF_X, 1), DD_GATHER_EMBED, l, D, m->pos ? l + 1 : -1);

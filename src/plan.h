@@ -2,10 +2,12 @@
  *
  * dd_plan_build turns (model, kind) into the ops of a frame for any batch: every op is stated per stream, and a
  * backend executes it for the b streams of a call (rows of a buffer are stream-major: row s*span + t). The CPU
- * backend executes the plan as it is (cpu/cpu.c, run_plan). The CUDA backend still builds its own program
- * (cuda/backend.cu, build) — op for op the same sequence, except that it precomputes CSM's in(table) (see
- * dd_plan_in) — and is to translate this list instead. The reference backend (ref.c) does not use the plan: it is
- * the independent oracle, written from SPEC.
+ * backend executes the plan as it is (cpu/cpu.c, run_plan). The CUDA backend translates it into the op program of
+ * its frame kernel (cuda/backend.cu, build): a SAMPLE or CODE_C0 becomes the code source of the op that gathers
+ * that level's embedding, the prelude's in(h) op goes first, barriers go where an op touches rows an earlier op
+ * since the last barrier wrote (or writes rows it read), and CSM's in_proj is applied to the table once at load
+ * (DD_IN_PROJ_PER_PASS below). The reference backend (ref.c) does not use the plan: it is the independent oracle,
+ * written from SPEC.
  *
  * A frame, per kind (P = 2 new positions in pass 1, else 1; p0 = 0 in pass 1, else l):
  *   prelude     [DECODE, SCORE_L0] LINEAR head0: HIDDEN -> LOGITS0
@@ -49,8 +51,12 @@ typedef enum dd_plan_in {
     DD_IN_IDENTITY = 0, /* no in_proj (input_dim == dim): h is copied into X; native embeddings are model-space */
     DD_IN_PROJ = 1,     /* native: in_proj applied to h only; embeddings are already model-space */
     /* CSM (embeddings in backbone space): h and the gathered table rows go to XIN and in_proj projects them in
-     * every pass (one more linear per pass) — the reference's rounding. The CUDA backend's own program instead
-     * precomputes in(table) at load (SPEC allows it; its rounding differs slightly): not a plan mode yet. */
+     * every pass (one more linear per pass) — the reference's rounding, and the CPU's. The CUDA backend
+     * precomputes in(table) at load instead (SPEC allows it; by its linear's numerics contract a row's in() does
+     * not depend on the rows beside it, so these are the numbers a per-pass in_proj would give there) and
+     * translates the pattern: a GATHER of table rows into XIN becomes a gather of in(table) rows into the X rows
+     * the in_proj LINEAR from XIN writes, a GATHER of h into XIN becomes that LINEAR applied to h, and the LINEAR
+     * from XIN itself is dropped. */
     DD_IN_PROJ_PER_PASS = 2,
     /* Moshi: every pass's one input row is a gathered table row (text or code) + in_proj slice p . h */
     DD_IN_PER_POSITION = 3
@@ -86,6 +92,20 @@ typedef enum dd_plan_op_kind {
     DD_OP_ADD_POS     /* x rows (all P of each stream) += pos[p0 + t] */
 } dd_plan_op_kind;
 
+/* Which of the model's matrices a LINEAR applies, for a backend that keeps its own copy of the weights (CUDA's
+ * are uploaded in its own layout, q/k/v fused): with `entry` the layer entry (the index into m->layer that
+ * dd_model_layer gives) of QKV .. FC2, the index into the plan's head[] of HEAD, the slice (the plan's inp[]) of a
+ * per-position model's IN_PROJ, else 0. Its bias and norm vectors are that matrix's (the final norm for HEAD). */
+typedef enum dd_plan_mat {
+    DD_MAT_HEAD0 = 0,
+    DD_MAT_IN_PROJ,
+    DD_MAT_QKV, /* wq, wk, wv (bq, bk, bv; norm1) */
+    DD_MAT_OUT, /* wo (bo) */
+    DD_MAT_FC1, /* fc1 (b1; norm2), with up for SwiGLU */
+    DD_MAT_FC2, /* fc2 (b2) */
+    DD_MAT_HEAD
+} dd_plan_mat;
+
 /* y (T, N) = act(norm(x) @ W^T + bias) (+ y when residual) (+ add), the dd_linear_args contract of kernels.h;
  * `add` is one row (a learned position) added to every output row, or NULL. */
 typedef struct dd_plan_linear {
@@ -98,6 +118,7 @@ typedef struct dd_plan_linear {
     int act; /* DD_ACT_* */
     int residual;
     const float *add;
+    int mat, entry; /* dd_plan_mat: the matrix the segments view (above) */
 } dd_plan_linear;
 
 /* qkv: rows of q heads, then k heads, then v heads (P per stream); out: (P per stream, H HD). RoPE (HF rotate
@@ -108,6 +129,7 @@ typedef struct dd_plan_attend {
     int H, KVH, HD;
     int rope;
     int qk_norm; /* Qwen3: q and k heads RMS-normed with the layer's q_norm / k_norm (eps norm_eps) before RoPE */
+    int entry;   /* the layer entry of those norms (dd_plan_mat); `layer` indexes the frame cache */
 } dd_plan_attend;
 
 typedef struct dd_plan_sample {

@@ -3,23 +3,29 @@
  * At decoder creation every weight is uploaded once in its stored type (upload.cu); q/k/v are fused into one
  * matrix, llama gate/up into one interleaved pair; CSM's code table, which lives in the backbone's input space,
  * is pushed through in_proj once on the device (in(table), float32, the same kernel and hence the same numbers
- * as doing it per pass); four programs are built: decode with c0 given, decode sampling c0 from head0, score,
- * score with logits0. A call uploads one packed input block (hidden, seeds, frames, c0), launches the frame
- * kernel once (frame.cu) or the latency executor (lat.cu) and reads back one packed block (error words + codes):
- * no other host traffic. The device API (devapi.cu) stages the caller's device arrays into the same block with a
- * kernel instead and runs the same launch on the caller's stream.
+ * as doing it per pass); four programs are built, each the translation of the frame plan (plan.h) of its kind:
+ * decode with c0 given, decode sampling c0 from head0, score, score with logits0. A call uploads one packed input
+ * block (hidden, seeds, frames, c0), launches the frame kernel once (frame.cu) or the latency executor (lat.cu) and
+ * reads back one packed block (error words + codes): no other host traffic. The device API (devapi.cu) stages
+ * the caller's device arrays into the same block with a kernel instead and runs the same launch on the caller's
+ * stream.
  *
- * Program of a frame (per pass l = 1 .. Q-1, P = 2 new positions in pass 1 else 1, tokens T = n P):
- *   per layer: qkv (norm1 prologue) [+ attention, fused on the small schedule] | out (+ residual) |
- *              fc1 (norm2 prologue, GELU or SwiGLU) | fc2 (+ residual)
- *   head (final norm prologue, last position of each stream) [+ sample and gather of the next input, fused]
- * with a grid barrier at each '|'.
- * Moshi's depformer (per-position weights, docs/semantics.md; build_per_position): Q passes of one position, pass p
- * with slice p of every matrix: its input row is gathered (pass 0: text_embed[t]; pass p: code table p - 1 at
- * c(p-1), by the previous pass's sampler), then in_proj[p] . h is added to it (a linear with the row as its
- * residual); the layers; head p without a norm; sample level p (and gather pass p + 1's row).
+ * Program of a frame (per pass l = 1 .. Q-1, P = 2 new positions in pass 1 else 1, tokens T = n P; build):
+ *   prelude: in(h) , head0 | sample or take c0 and gather emb0(c0) |
+ *   per layer: qkv (norm1 prologue) | attention | out (+ residual) | fc1 (norm2 prologue, GELU or SwiGLU) |
+ *              fc2 (+ residual) |
+ *   head (final norm prologue, last position of each stream) | sample and gather of the next input |
+ * with a grid barrier at each '|' (none at ','; score: none after head0 either).
+ * Moshi's depformer (per-position weights, docs/semantics.md): Q passes of one position, pass p with slice p of
+ * every matrix: its input row is gathered (pass 0: text_embed[t]; pass p: code table p - 1 at c(p-1), by the
+ * previous pass's sampler), then in_proj[p] . h is added to it (a linear with the row as its residual); the
+ * layers; head p without a norm; sample level p (and gather pass p + 1's row).
  */
 #include "cu_state.cuh"
+
+extern "C" {
+#include "plan.h"
+}
 
 #include <math.h>
 #include <stdlib.h>
@@ -91,171 +97,259 @@ static cu_sample *push_gather(prog *p, const cu_raw *table, int row_off, float *
     return S;
 }
 
-/* Attention and sampling run as ops of their own over the whole grid. (A variant that ran them inside the last
+/* ---- the frame programs: the frame plan translated --------------------------------------------------------- */
+
+/* A program is the frame plan (plan.h) of its kind, op for op, with these translations:
+ *   - the plan's buffers are bound to the decoder's device buffers (XIN to none: below); LOGITS is st->logits
+ *     [B, Q-1, V] with level l at column block l - 1 (per-position models: [B, Q, V], level l at l, LOGITS0 its
+ *     level 0), LOGITS0 st->logits0 [B, V];
+ *   - a LINEAR applies the device copy of the matrix it names (dd_plan_mat: q/k/v fused, gate/up interleaved, one
+ *     bias vector for q/k/v) with that matrix's device bias and norm vectors;
+ *   - a level's code and the gather of its embedding are one sampler op: a SAMPLE with the GATHER of the same
+ *     level that follows it (the last level's has none: gather 0), CODE_C0 with level 0's GATHER (c0 given), a
+ *     GATHER alone in a score (the caller's code);
+ *   - CSM (DD_IN_PROJ_PER_PASS): st->table is in(table), computed at load (precompute_table), so a GATHER of table
+ *     rows into XIN is a gather of in(table) rows into the X rows the in_proj LINEAR from XIN writes, the GATHER of
+ *     h into XIN that LINEAR applied to h, and the LINEAR from XIN is dropped;
+ *   - the prelude's in(h) (the op that fills position 0 of pass 1 from h) runs first, so that head0 overlaps it;
+ *   - a grid barrier follows an op when the next one reads rows written since the last barrier, or writes rows
+ *     read or written since then, and after the last op (this leaves the prelude's independent ops unseparated).
+ * Attention and sampling run as ops of their own over the whole grid. (A variant that ran them inside the last
  * block of the qkv / head linear (cu_op.lin.fuse) was slower on the H200 — 13.37 vs 11.17 ms/frame, GPT bf16 batch
  * 1 — and is no longer selectable; the frame kernel keeps its code until the new executors replace it.) */
+static_assert((int)PROG_DECODE_C0 == (int)DD_PLAN_DECODE_C0 && (int)PROG_DECODE == (int)DD_PLAN_DECODE &&
+                  (int)PROG_SCORE == (int)DD_PLAN_SCORE && (int)PROG_SCORE_L0 == (int)DD_PLAN_SCORE_L0 &&
+                  (int)NPROG == (int)DD_PLAN_NKIND,
+              "program v is the frame plan of kind v");
 
-/* The layers of one pass over st->x (P positions per stream, positions p0 ..), with the weights of layer entries
- * e0 .. e0 + L - 1 (e0 = p L: slice p of a per-position model, else 0). */
-static void push_layers(cu_state *st, const dd_model *m, prog *p, int e0, int P, int p0) {
-    const dd_config *c = &m->cfg;
-    const int D = c->dim, H = c->heads, KV = c->kv_heads, HD = c->head_dim, F = c->ffn_dim, Q = c->levels,
-              L = c->layers, B = st->B;
-    const int qw = (H + 2 * KV) * HD, aw = H * HD, kvw = KV * HD, gpt = c->block == DD_BLOCK_GPT;
-    const int nrm = gpt ? DD_NORM_LAYER : DD_NORM_RMS;
-    const float eps = c->norm_eps;
-    for (int li = 0; li < L; li++) {
-        const int e = e0 + li;
-        push_lin(p, &st->qkv[e], st->bqkv[e], NULL, nrm, st->n1w[e], st->n1b[e], eps, DD_ACT_NONE, st->x, D, st->qkvb,
-                 qw, NULL, 0, NULL, 0, P, 1);
-        cu_op *oa = push(p, CU_OP_ATTEND, 1);
-        cu_attend *A = &oa->att;
-        A->qkv = st->qkvb;
-        A->out = st->att;
-        A->kc = st->kc + (size_t)li * B * Q * kvw;
-        A->vc = st->vc + (size_t)li * B * Q * kvw;
-        A->cstride = (size_t)Q * kvw;
-        A->P = P;
-        A->p0 = p0;
-        A->H = H;
-        A->KVH = KV;
-        A->HD = HD;
-        A->rope = st->rope;
-        A->qn = st->qn[e];
-        A->kn = st->kn[e];
-        A->qk_eps = eps;
-        push_lin(p, &st->wo[e], st->bo[e], NULL, DD_NORM_NONE, NULL, NULL, eps, DD_ACT_NONE, st->att, aw, st->x, D,
-                 st->x, D, NULL, 0, P, 1);
-        push_lin(p, &st->fc1[e], st->b1[e], NULL, nrm, st->n2w[e], st->n2b[e], eps, gpt ? DD_ACT_GELU : DD_ACT_SWIGLU,
-                 st->x, D, st->ff, F, NULL, 0, NULL, 0, P, 1);
-        push_lin(p, &st->fc2[e], st->b2[e], NULL, DD_NORM_NONE, NULL, NULL, eps, DD_ACT_NONE, st->ff, F, st->x, D,
-                 st->x, D, NULL, 0, P, 1);
+#define TR_PENDING 8 /* row sets remembered since the last barrier (more: a barrier) */
+
+typedef struct tr {
+    cu_state *st;
+    const dd_model *m;
+    const dd_plan *pl;
+    prog *p;
+    float *buf[DD_BUF_N];
+    int ld[DD_BUF_N]; /* floats per row */
+    int l1;           /* the level of LOGITS's first column block */
+    int decode;
+    int given0; /* a CODE_C0 was met: level 0's gather takes c0 */
+    dd_plan_rows rd[TR_PENDING], wr[TR_PENDING]; /* rows read and written since the last barrier */
+    int nrd, nwr;
+} tr;
+
+/* The device address of rows v (the first touched row of stream 0) and *ld, the floats from one touched row to the
+ * next (cpu.c rows_at) */
+static float *rows_at(const tr *t, dd_plan_rows v, int *ld) {
+    const int w = t->ld[v.buf];
+    float *a = t->buf[v.buf] + (size_t)v.first * w;
+    if (v.buf == DD_BUF_LOGITS) a += (size_t)(v.level - t->l1) * t->pl->width[DD_BUF_LOGITS];
+    *ld = v.n == v.span ? w : v.span * w;
+    return a;
+}
+
+static int overlap(dd_plan_rows a, dd_plan_rows b) {
+    if (a.buf != b.buf || a.level != b.level) return 0;
+    return a.span != b.span || (a.first < b.first + b.n && b.first < a.first + a.n);
+}
+
+/* Before pushing an op that reads rows r[0 .. nr) and writes w[0 .. nw): a barrier after the op before it when
+ * they conflict with the rows touched since the last barrier. */
+static void hazard(tr *t, const dd_plan_rows *r, int nr, const dd_plan_rows *w, int nw) {
+    int bar = t->nrd + nr > TR_PENDING || t->nwr + nw > TR_PENDING;
+    for (int i = 0; i < t->nwr; i++) {
+        for (int j = 0; j < nr; j++) bar |= overlap(t->wr[i], r[j]);
+        for (int j = 0; j < nw; j++) bar |= overlap(t->wr[i], w[j]);
+    }
+    for (int i = 0; i < t->nrd; i++)
+        for (int j = 0; j < nw; j++) bar |= overlap(t->rd[i], w[j]);
+    if (bar) {
+        if (t->p->n) t->p->op[t->p->n - 1].bar_after = 1;
+        t->nrd = t->nwr = 0;
+    }
+    for (int j = 0; j < nr; j++) t->rd[t->nrd++] = r[j];
+    for (int j = 0; j < nw; j++) t->wr[t->nwr++] = w[j];
+}
+
+static void tr_linear(tr *t, const dd_plan_linear *pl) {
+    cu_state *st = t->st;
+    const int e = pl->entry;
+    const cu_mat *w;
+    const float *bias = NULL, *nw = NULL, *nb = NULL;
+    switch (pl->mat) {
+    case DD_MAT_HEAD0: w = &st->head0; break;
+    case DD_MAT_IN_PROJ: /* per-position models: slice e, no bias */
+        w = st->inps ? &st->inps[e] : &st->in_proj;
+        bias = st->inps ? NULL : st->in_bias;
+        break;
+    case DD_MAT_QKV: w = &st->qkv[e], bias = st->bqkv[e], nw = st->n1w[e], nb = st->n1b[e]; break;
+    case DD_MAT_OUT: w = &st->wo[e], bias = st->bo[e]; break;
+    case DD_MAT_FC1: w = &st->fc1[e], bias = st->b1[e], nw = st->n2w[e], nb = st->n2b[e]; break;
+    case DD_MAT_FC2: w = &st->fc2[e], bias = st->b2[e]; break;
+    default: w = &st->heads[e], nw = st->norm_w, nb = st->norm_b; break; /* DD_MAT_HEAD: the final norm's */
+    }
+    if (pl->norm == DD_NORM_NONE) nw = nb = NULL;
+    int ldx, ldy;
+    const float *x = rows_at(t, pl->x, &ldx);
+    float *y = rows_at(t, pl->y, &ldy);
+    const dd_plan_rows rd[2] = {pl->x, pl->y};
+    hazard(t, rd, pl->residual ? 2 : 1, &pl->y, 1);
+    push_lin(t->p, w, bias, NULL, pl->norm, nw, nb, t->m->cfg.norm_eps, pl->act, x, ldx, y, ldy,
+             pl->residual ? y : NULL, pl->residual ? ldy : 0, pl->add ? st->pos + (pl->add - t->m->pos) : NULL, 0,
+             pl->x.n, 0);
+}
+
+static void tr_attend(tr *t, const dd_plan_attend *pa) {
+    cu_state *st = t->st;
+    const size_t kvw = (size_t)pa->KVH * pa->HD, Q = t->m->cfg.levels;
+    int ldq, ldo;
+    hazard(t, &pa->qkv, 1, &pa->out, 1);
+    cu_attend *A = &push(t->p, CU_OP_ATTEND, 0)->att;
+    A->qkv = rows_at(t, pa->qkv, &ldq); /* [T][(H + 2 KVH) HD]: all P rows of each stream */
+    A->out = rows_at(t, pa->out, &ldo);
+    A->kc = st->kc + (size_t)pa->layer * st->B * Q * kvw;
+    A->vc = st->vc + (size_t)pa->layer * st->B * Q * kvw;
+    A->cstride = Q * kvw;
+    A->P = pa->P;
+    A->p0 = pa->p0;
+    A->H = pa->H;
+    A->KVH = pa->KVH;
+    A->HD = pa->HD;
+    A->rope = pa->rope ? st->rope : NULL;
+    A->qn = pa->qk_norm ? st->qn[pa->entry] : NULL;
+    A->kn = pa->qk_norm ? st->kn[pa->entry] : NULL;
+    A->qk_eps = t->m->cfg.norm_eps;
+}
+
+/* A gather of table rows (code + row_off) into rows dst (+ pos[pos] when pos >= 0), reading rows r (or none);
+ * with gather 0 the sampler op writes no rows. */
+static cu_sample *tr_gather(tr *t, const dd_plan_rows *r, const cu_raw *table, int row_off, dd_plan_rows dst, int pos,
+                            int gather) {
+    int ld;
+    hazard(t, r, r ? 1 : 0, &dst, gather);
+    float *xn = rows_at(t, dst, &ld);
+    cu_sample *S =
+        push_gather(t->p, table, row_off, xn, ld, pos >= 0 ? t->st->pos + (size_t)pos * t->m->cfg.dim : NULL, 0);
+    S->gather = gather;
+    return S;
+}
+
+/* Level `level`'s code and the gather of its embedding as one sampler op: the code sampled from smp's logits (smp
+ * not NULL), else given (c0 after a CODE_C0, else the caller's codes of a score); g: the plan's GATHER of the
+ * level's embedding, or NULL (the last level). XIN rows are X rows here (CSM: st->table is in(table)). */
+static void tr_level(tr *t, const dd_plan_sample *smp, const dd_plan_gather *g, int level) {
+    cu_state *st = t->st;
+    const int Q = t->m->cfg.levels, pp = t->pl->in == DD_IN_PER_POSITION;
+    const dd_plan_rows x1 = {DD_BUF_X, 1, 0, 1, 0}; /* no gather: x is named all the same (unread) */
+    dd_plan_rows dst = g ? g->dst : x1;
+    if (dst.buf == DD_BUF_XIN) dst.buf = DD_BUF_X;
+    cu_sample *S =
+        tr_gather(t, smp ? &smp->logits : NULL, &st->table, level * t->m->embed_rows, dst, g ? g->pos : -1, g != NULL);
+    S->level = level;
+    if (smp) {
+        S->logits = rows_at(t, smp->logits, &S->ldl);
+        S->V = t->m->cfg.codebook_size;
+        S->code_out = (int32_t *)(st->d_out + 8) + level;
+        S->ldo = Q;
+    } else {
+        const int c0 = level == 0 && t->given0;
+        S->forced = 1;
+        S->code_in =
+            c0 ? (const int32_t *)(st->d_in + st->off_c0) : (const int32_t *)(st->d_in + st->off_codes_in) + level;
+        S->ldi = c0 ? 1 : Q;
+        S->code_out = t->decode ? (int32_t *)(st->d_out + 8) + level : NULL;
+        S->ldo = pp || level == 0 ? Q : 0; /* read only with code_out; the value the program has always had */
     }
 }
 
-/* Moshi's frame (the file comment; plan.c per_position_frame; ref.c frame_per_position): Q passes of one position.
- * The input row of pass p: the gather writes the table row into x, then in_proj[p] . h is added to it (x as the
- * linear's residual: the same fl(acc + row) as the latency executor). The head of pass 0 is skipped when c0 is
- * given or its logits are not wanted; its keys and values are still needed. st->logits is [B, Q, V] here. */
-static void build_per_position(cu_state *st, const dd_model *m, int variant, prog *p) {
-    const dd_config *c = &m->cfg;
-    const int D = c->dim, I = c->input_dim, V = c->codebook_size, Q = c->levels, L = c->layers;
-    const float eps = c->norm_eps;
-    const float *hidden = (const float *)st->d_in;
-    int32_t *codes_out = (int32_t *)(st->d_out + 8);
-    const int32_t *codes_in = (const int32_t *)(st->d_in + st->off_codes_in);
-    const int32_t *c0 = (const int32_t *)(st->d_in + st->off_c0);
-    const int32_t *text = (const int32_t *)(st->d_in + st->off_text);
-    const int decode = variant == PROG_DECODE_C0 || variant == PROG_DECODE;
-    /* pass 0's row: text_embed[t] */
-    cu_sample *S = push_gather(p, &st->text, 0, st->x, D, NULL, 1);
-    S->forced = 1;
-    S->code_in = text;
-    S->ldi = 1;
-    for (int l = 0; l < Q; l++) {
-        push_lin(p, &st->inps[l], NULL, NULL, DD_NORM_NONE, NULL, NULL, eps, DD_ACT_NONE, hidden, I, st->x, D, st->x, D,
-                 NULL, 0, 1, 1);
-        push_layers(st, m, p, l * L, 1, l);
-        const int given0 = l == 0 && variant == PROG_DECODE_C0;
-        if (l > 0 || variant == PROG_DECODE || variant == PROG_SCORE_L0) /* no final norm */
-            push_lin(p, &st->heads[l], NULL, NULL, DD_NORM_NONE, NULL, NULL, eps, DD_ACT_NONE, st->x, D,
-                     st->logits + (size_t)l * V, Q * V, NULL, 0, NULL, 0, 1, 1);
-        const int last = l == Q - 1;
-        if (!decode && last) continue;
-        /* level l's code (sampled, given or teacher-forced), and pass l + 1's row: code table l at it */
-        S = push_gather(p, &st->table, l * m->embed_rows, st->x, D, NULL, 1);
-        S->gather = !last;
-        S->level = l;
-        if (decode && !given0) {
-            S->logits = st->logits + (size_t)l * V;
-            S->ldl = Q * V;
-            S->V = V;
-            S->code_out = codes_out + l;
-            S->ldo = Q;
-        } else {
-            S->forced = 1;
-            S->code_in = given0 ? c0 : codes_in + l;
-            S->ldi = given0 ? 1 : Q;
-            S->code_out = decode ? codes_out : NULL;
-            S->ldo = Q;
-        }
-    }
+/* 1 for the prelude's in(h): the op that fills position 0 of pass 1 from h */
+static int is_in_h(const dd_plan_op *o) {
+    return o->pass == 0 && ((o->kind == DD_OP_GATHER && o->gat.src == DD_GATHER_HIDDEN) ||
+                            (o->kind == DD_OP_LINEAR && o->lin.x.buf == DD_BUF_HIDDEN && o->lin.y.buf == DD_BUF_X));
 }
 
-static void build(cu_state *st, const dd_model *m, int variant, prog *p) {
+/* Program pl->kind of the decoder from its frame plan pl (the comment above). */
+static dd_status build(cu_state *st, const dd_model *m, const dd_plan *pl, prog *p, dd_error *err) {
     const dd_config *c = &m->cfg;
-    if (c->per_position) {
-        build_per_position(st, m, variant, p);
-        return;
+    const int V = c->codebook_size, Q = c->levels, pp = pl->in == DD_IN_PER_POSITION;
+    tr t;
+    memset(&t, 0, sizeof t);
+    t.st = st;
+    t.m = m;
+    t.pl = pl;
+    t.p = p;
+    t.decode = pl->kind == DD_PLAN_DECODE_C0 || pl->kind == DD_PLAN_DECODE;
+    float *bind[DD_BUF_N] = {(float *)st->d_in, NULL, st->x, st->qkvb, st->att, st->ff, pp ? st->logits : st->logits0,
+                             st->logits};
+    for (int k = 0; k < DD_BUF_N; k++) {
+        t.buf[k] = bind[k];
+        t.ld[k] = pl->width[k];
     }
-    const int D = c->dim, I = c->input_dim, V = c->codebook_size, Q = c->levels, B = st->B;
-    const int nrm = c->block == DD_BLOCK_GPT ? DD_NORM_LAYER : DD_NORM_RMS;
-    const float eps = c->norm_eps;
-    const float *hidden = (const float *)st->d_in;
-    int32_t *codes_out = (int32_t *)(st->d_out + 8);
-    const int32_t *codes_in = (const int32_t *)(st->d_in + st->off_codes_in);
-    const int32_t *c0 = (const int32_t *)(st->d_in + st->off_c0);
-    int decode = variant == PROG_DECODE_C0 || variant == PROG_DECODE;
-
-    /* position 0: in(h) (+ pos[0]) into x rows 2s */
-    if (c->has_in_proj) {
-        push_lin(p, &st->in_proj, st->in_bias, NULL, DD_NORM_NONE, NULL, NULL, eps, DD_ACT_NONE, hidden, I, st->x,
-                 2 * D, NULL, 0, st->pos, 0, 1, 0);
-    } else {
-        cu_raw hr = {DD_F32, B, I, (const uint8_t *)hidden, (size_t)I * 4, NULL, NULL, 0, 0, 0};
-        cu_sample *S = push_gather(p, &hr, 0, st->x, 2 * D, st->pos, 0);
-        S->forced = 1;
-        S->code_is_stream = 1;
-    }
-    /* position 1: emb0(c0) (+ pos[1]) into x rows 2s+1 */
-    const float *pos1 = st->pos ? st->pos + D : NULL;
-    if (variant == PROG_DECODE) {
-        push_lin(p, &st->head0, NULL, NULL, DD_NORM_NONE, NULL, NULL, eps, DD_ACT_NONE, hidden, I,
-                                 st->logits0, V, NULL, 0, NULL, 0, 1, 1);
-        cu_sample *S = push_gather(p, &st->table, 0, st->x + D, 2 * D, pos1, 1);
-        S->logits = st->logits0;
-        S->ldl = V;
-        S->V = V;
-        S->level = 0;
-        S->code_out = codes_out;
-        S->ldo = Q;
-    } else {
-        if (variant == PROG_SCORE_L0)
-            push_lin(p, &st->head0, NULL, NULL, DD_NORM_NONE, NULL, NULL, eps, DD_ACT_NONE, hidden, I, st->logits0,
-                     V, NULL, 0, NULL, 0, 1, 0);
-        cu_sample *S = push_gather(p, &st->table, 0, st->x + D, 2 * D, pos1, 1);
-        S->forced = 1;
-        S->code_in = variant == PROG_DECODE_C0 ? c0 : codes_in;
-        S->ldi = variant == PROG_DECODE_C0 ? 1 : Q;
-        S->code_out = decode ? codes_out : NULL;
-        S->ldo = Q;
-        S->level = 0;
-    }
-    for (int l = 1; l < Q; l++) {
-        const int P = l == 1 ? 2 : 1, p0 = l == 1 ? 0 : l;
-        push_layers(st, m, p, 0, P, p0);
-        /* head of level l on the last position of each stream */
-        push_lin(p, &st->heads[l - 1], NULL, NULL, nrm, st->norm_w, st->norm_b, eps, DD_ACT_NONE,
-                                 st->x + (size_t)(P - 1) * D, P * D, st->logits + (size_t)(l - 1) * V, (Q - 1) * V,
-                                 NULL, 0, NULL, 0, 1, 1);
-        int last = l == Q - 1;
-        if (!decode && last) continue;
-        cu_sample *S = push_gather(p, &st->table, l * V, st->x, D, st->pos && !last ? st->pos + (size_t)(l + 1) * D : NULL,
-                                   1);
-        S->gather = !last;
-        S->level = l;
-        if (decode) {
-            S->logits = st->logits + (size_t)(l - 1) * V;
-            S->ldl = (Q - 1) * V;
-            S->V = V;
-            S->code_out = codes_out + l;
-            S->ldo = Q;
-        } else {
-            S->forced = 1;
-            S->code_in = codes_in + l;
-            S->ldi = Q;
+    t.ld[DD_BUF_LOGITS] = (pp ? Q : Q - 1) * V;
+    if (pp) t.ld[DD_BUF_LOGITS0] = Q * V;
+    t.l1 = pp ? 0 : 1;
+    /* the order: the prelude's in(h), the rest of the plan */
+    int *order = (int *)malloc((size_t)pl->n * sizeof *order), n = 0;
+    if (!order) return dd_fail(err, DD_ENOMEM, "backend cuda: out of memory");
+    for (int i = 0; i < pl->n; i++)
+        if (is_in_h(&pl->op[i])) order[n++] = i;
+    for (int i = 0; i < pl->n; i++)
+        if (!is_in_h(&pl->op[i])) order[n++] = i;
+    dd_status s = DD_OK;
+    for (int k = 0; k < n && !s; k++) {
+        const dd_plan_op *o = &pl->op[order[k]], *nx = k + 1 < n ? &pl->op[order[k + 1]] : NULL;
+        switch (o->kind) {
+        case DD_OP_LINEAR:
+            if (o->lin.x.buf != DD_BUF_XIN) {
+                tr_linear(&t, &o->lin);
+            } else if (pl->in != DD_IN_PROJ_PER_PASS || o->lin.mat != DD_MAT_IN_PROJ || o->lin.y.buf != DD_BUF_X ||
+                       o->lin.y.span != o->lin.x.span || o->lin.y.first != o->lin.x.first || o->lin.y.n != o->lin.x.n) {
+                s = dd_fail(err, DD_EUNSUPPORTED, "backend cuda: %s: a linear from XIN other than in_proj", m->source);
+            } /* else in_proj of the rows its gathers wrote: done by them */
+            break;
+        case DD_OP_ATTEND: tr_attend(&t, &o->att); break;
+        case DD_OP_SAMPLE: {
+            const int g =
+                nx && nx->kind == DD_OP_GATHER && nx->gat.src == DD_GATHER_EMBED && nx->gat.level == o->smp.level;
+            tr_level(&t, &o->smp, g ? &nx->gat : NULL, o->smp.level);
+            k += g;
+            break;
+        }
+        case DD_OP_CODE_C0: t.given0 = 1; break;
+        case DD_OP_GATHER: {
+            const dd_plan_gather *g = &o->gat;
+            if (g->src == DD_GATHER_EMBED) {
+                tr_level(&t, NULL, g, g->level);
+            } else if (g->src == DD_GATHER_TEXT) { /* Moshi: text_embed[t] */
+                cu_sample *S = tr_gather(&t, NULL, &st->text, 0, g->dst, g->pos, 1);
+                S->forced = 1;
+                S->code_in = (const int32_t *)(st->d_in + st->off_text);
+                S->ldi = 1;
+            } else if (g->dst.buf == DD_BUF_XIN) { /* CSM: in(h) into X */
+                dd_plan_linear L;
+                memset(&L, 0, sizeof L);
+                L.y = g->dst;
+                L.y.buf = DD_BUF_X;
+                L.x = (dd_plan_rows){DD_BUF_HIDDEN, 1, 0, 1, 0};
+                L.mat = DD_MAT_IN_PROJ;
+                L.add = g->pos >= 0 ? m->pos + (size_t)g->pos * c->dim : NULL;
+                tr_linear(&t, &L);
+            } else { /* h copied: a gather from the hidden states, row = stream */
+                const dd_plan_rows h = {DD_BUF_HIDDEN, 1, 0, 1, 0};
+                cu_raw hr = {DD_F32, st->B, c->input_dim, st->d_in, (size_t)c->input_dim * 4, NULL, NULL, 0, 0, 0};
+                cu_sample *S = tr_gather(&t, &h, &hr, 0, g->dst, g->pos, 1);
+                S->forced = 1;
+                S->code_is_stream = 1;
+            }
+            break;
+        }
+        default: /* DD_OP_ADD_POS: learned positions added after in_proj (CSM layout: model.c rejects them) */
+            s = dd_fail(err, DD_EUNSUPPORTED, "backend cuda: %s: plan op %d not translated", m->source, o->kind);
         }
     }
+    free(order);
+    if (p->n) p->op[p->n - 1].bar_after = 1;
+    return s;
 }
 
 /* ---- init ------------------------------------------------------------------------------------------------ */
@@ -269,25 +363,20 @@ static void cuda_destroy(dd_decoder *d);
         ptr = (decltype(ptr))p_;                                                                                   \
     } while (0)
 
-static dd_status upload_weights(cu_state *st, const dd_model *m, dd_error *err) {
-    const dd_config *c = &m->cfg;
-    const int L = c->layers, Q = c->levels, V = c->codebook_size, D = c->dim, H = c->heads, KV = c->kv_heads,
-              HD = c->head_dim;
-    const int gpt = c->block == DD_BLOCK_GPT, qw = (H + 2 * KV) * HD;
-    dd_status s = DD_OK;
-    void ***A = &st->allocs;
-    int *NA = &st->nallocs;
-    /* layer entries (cu_state): the model's layer array as it is, m->layer[p L + li] = slice p of layer li */
-    const int ns = m->nslices, NE = ns * L, nh = c->per_position ? Q : Q - 1;
-    st->ns = ns;
+/* The host arrays of the device matrices and vectors, per layer entry (cu_state: the model's layer array as it
+ * is, m->layer[p L + li] = slice p of layer li), the heads and Moshi's in_proj slices, zeroed; 0 when out of
+ * memory (freed by cuda_destroy). */
+static int alloc_entries(cu_state *st, const dd_model *m) {
+    const int NE = m->nslices * m->cfg.layers, Q = m->cfg.levels;
+    st->ns = m->nslices;
     st->qkv = (cu_mat *)calloc((size_t)NE * 4 + 2 * (size_t)Q, sizeof(cu_mat));
     st->bqkv = (float **)calloc((size_t)NE * 10, sizeof(float *));
-    if (!st->qkv || !st->bqkv) return dd_fail(err, DD_ENOMEM, "backend cuda: out of memory");
+    if (!st->qkv || !st->bqkv) return 0;
     st->wo = st->qkv + NE;
     st->fc1 = st->wo + NE;
     st->fc2 = st->fc1 + NE;
     st->heads = st->fc2 + NE;
-    st->inps = c->per_position ? st->heads + Q : NULL;
+    st->inps = m->cfg.per_position ? st->heads + Q : NULL;
     st->bo = st->bqkv + NE;
     st->b1 = st->bo + NE;
     st->b2 = st->b1 + NE;
@@ -297,6 +386,19 @@ static dd_status upload_weights(cu_state *st, const dd_model *m, dd_error *err) 
     st->n2b = st->n2w + NE;
     st->qn = st->n2b + NE;
     st->kn = st->qn + NE;
+    return 1;
+}
+
+static dd_status upload_weights(cu_state *st, const dd_model *m, dd_error *err) {
+    const dd_config *c = &m->cfg;
+    const int L = c->layers, Q = c->levels, V = c->codebook_size, D = c->dim, H = c->heads, KV = c->kv_heads,
+              HD = c->head_dim;
+    const int gpt = c->block == DD_BLOCK_GPT, qw = (H + 2 * KV) * HD;
+    dd_status s = DD_OK;
+    void ***A = &st->allocs;
+    int *NA = &st->nallocs;
+    const int NE = m->nslices * L, nh = c->per_position ? Q : Q - 1;
+    if (!alloc_entries(st, m)) return dd_fail(err, DD_ENOMEM, "backend cuda: out of memory");
     float *tmp = (float *)calloc((size_t)qw, sizeof(float));
     if (!tmp) return dd_fail(err, DD_ENOMEM, "backend cuda: out of memory");
     for (int li = 0; li < NE && !s; li++) {
@@ -399,6 +501,22 @@ static dd_status precompute_table(cu_state *st, const dd_model *m, dd_error *err
     return DD_OK;
 }
 
+/* The packed input block of B streams (cu_state): its field offsets and size. */
+static void io_layout(cu_state *st, const dd_config *c, int B) {
+    size_t off = (size_t)B * c->input_dim * 4;
+    st->off_seeds = off;
+    off += (size_t)B * 8;
+    st->off_frames = off;
+    off += (size_t)B * 8;
+    st->off_c0 = off;
+    off += (size_t)B * 4;
+    st->off_codes_in = off;
+    off += (size_t)B * c->levels * 4;
+    st->off_text = off;
+    off += c->text_vocab ? (size_t)B * 4 : 0;
+    st->in_bytes = off;
+}
+
 static dd_status cuda_init(dd_decoder *d, dd_error *err) {
     const dd_model *m = d->m;
     const dd_config *c = &m->cfg;
@@ -424,19 +542,7 @@ static dd_status cuda_init(dd_decoder *d, dd_error *err) {
         maxg = (int)(m->in_proj.cols / m->in_proj.group);
     if (m->heads.scales && (int)(m->heads.cols / m->heads.group) > maxg) maxg = (int)(m->heads.cols / m->heads.group);
     int maxt = 2 * B > 512 ? 2 * B : 512;
-    /* packed io */
-    size_t off = (size_t)B * I * 4;
-    st->off_seeds = off;
-    off += (size_t)B * 8;
-    st->off_frames = off;
-    off += (size_t)B * 8;
-    st->off_c0 = off;
-    off += (size_t)B * 4;
-    st->off_codes_in = off;
-    off += (size_t)B * Q * 4;
-    st->off_text = off;
-    off += c->text_vocab ? (size_t)B * 4 : 0;
-    st->in_bytes = off;
+    io_layout(st, c, B);
     ALLOC(st->d_in, st->in_bytes);
     ALLOC(st->d_out, 8 + (size_t)B * Q * 4);
     CU_TRY(cudaMallocHost((void **)&st->h_in, st->in_bytes), err, "pinned host buffer");
@@ -465,11 +571,14 @@ static dd_status cuda_init(dd_decoder *d, dd_error *err) {
         return s;
     for (int v = 0; v < NPROG; v++) {
         if ((v == PROG_DECODE || v == PROG_SCORE_L0) && !c->has_head0) continue;
+        dd_plan pl;
         prog p = {0};
-        build(st, m, v, &p);
-        if (p.fail) {
+        if (!(s = dd_plan_build(&pl, m, (dd_plan_kind)v, err))) s = build(st, m, &pl, &p, err);
+        dd_plan_free(&pl);
+        if (!s && p.fail) s = dd_fail(err, DD_ENOMEM, "backend cuda: out of memory");
+        if (s) {
             free(p.op);
-            return dd_fail(err, DD_ENOMEM, "backend cuda: out of memory");
+            return s;
         }
         st->h_prog[v] = p.op;
         st->nprog[v] = p.n;
