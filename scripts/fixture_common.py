@@ -74,3 +74,19 @@ def write_manifest_section(outdir, script, lines):
     head = "\n".join(k for k in kept if k.strip())
     with open(mpath, "w") as f:
         f.write((head + "\n\n" if head else "") + "\n".join([section] + lines) + "\n")
+
+
+def resample_for_gaps(hid, rng, row_gap, gap_rel, tries=200):
+    """Redraw row r of hid (N(0,1), in place) until row_gap(r) -- its smallest greedy gap (top-1 minus top-2 logit,
+    relative to max|logit|) -- exceeds gap_rel, so that greedy codes do not hinge on rounding. Returns the gaps."""
+    gaps = []
+    for r in range(hid.shape[0]):
+        for _ in range(tries):
+            gap = row_gap(r)
+            if gap > gap_rel:
+                break
+            hid[r] = rng.standard_normal(hid.shape[1]).astype(hid.dtype)
+        else:
+            raise SystemExit("no hidden row with greedy gaps found")
+        gaps.append(gap)
+    return gaps

@@ -210,19 +210,13 @@ def make(args, name, fname, kw, bits, group, seed, shared_norms, log):
             g[:, p] = ref_depformer(W, kw, h.astype(np.float64), toks(tx, g))[:, p].argmax(-1)
         return g
 
-    gaps = []
-    for r in range(N):
-        for _ in range(200):
-            g = greedy64(hid[r:r + 1], text[r:r + 1])
-            lg = ref_depformer(W, kw, hid[r:r + 1].astype(np.float64), toks(text[r:r + 1], g))[0]
-            z = np.sort(lg, -1)
-            gap = ((z[:, -1] - z[:, -2]) / np.abs(lg).max()).min()
-            if gap > GAP_REL:
-                break
-            hid[r] = rng.standard_normal(IN).astype(np.float32)
-        else:
-            raise SystemExit("no hidden row with greedy gaps found")
-        gaps.append(gap)
+    def row_gap(r):
+        lg = ref_depformer(W, kw, hid[r:r + 1].astype(np.float64), toks(text[r:r + 1], greedy64(hid[r:r + 1],
+                                                                                           text[r:r + 1])))[0]
+        z = np.sort(lg, -1)
+        return ((z[:, -1] - z[:, -2]) / np.abs(lg).max()).min()
+
+    gaps = fixture_common.resample_for_gaps(hid, rng, row_gap, GAP_REL)
     gr = greedy64(hid, text)
     logits64 = ref_depformer(W, kw, hid.astype(np.float64), toks(text, codes))
     lg32 = mlx_teacher_forced(ref, hid, toks(text, codes))

@@ -6,7 +6,8 @@
  * levels, level 0 from position 0; references with whole-frame attention as the original);
  * scripts/make_fixtures_qwen3_layouts.py: the whole Qwen3-Omni checkpoint (sharded; its predictor holds
  * qwen3omni_tiny's weights, so it passes qwen3omni_tiny's references) and Qwen3-Omni predictor directories quantized
- * by MLX itself (q8 group 32, q4 group 64: layer matrices, heads and code tables).
+ * by MLX itself (q8 group 32, q4 group 64: layer matrices, heads and code tables);
+ * scripts/make_fixtures_kyutai_mlx.py: Kyutai's MLX checkpoints as moshi_mlx writes and quantizes them (q8, q4, bf16).
  * For every backend available in this build: teacher-forced logits within 1e-4 * max|ref| (per fixture),
  * level-0 logits likewise, and greedy codes identical. Outputs are NaN-poisoned before each call.
  * DD_TEST_ONLY=<pattern> runs the tests whose names match (cmocka's filter, e.g. "test_moshi_*"). */

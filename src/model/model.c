@@ -1129,8 +1129,11 @@ static dd_status kyutai_mlx_dims(loader *L, int Q, int nl, int64_t *R, int64_t *
     int bits;
     dd_status s;
     if ((s = kyutai_shape(L, "depformer.slices.0.transformer.layers.0.norm1.weight", 1, d2, err))) return s;
-    c->dim = (int)d2[0];
     const int64_t D = d2[0];
+    if (D < 1 || D > DD_MAX_DIM)
+        return dd_fail(err, DD_EMODEL, "%s: depformer width %lld out of range (want 1..%d)", L->label, (long long)D,
+                       DD_MAX_DIM);
+    c->dim = (int)D;
     if ((s = mlx_bits(L, "depformer.slices.0.linear_out.weight", D, &bits, err)) ||
         (s = mlx_dims(L, "depformer.slices.0.linear_out.weight", bits, &rows, &cols, err)))
         return s;
@@ -1315,6 +1318,19 @@ static dd_status load_alpha(loader *L, const char *name, int64_t D, float **out,
     return DD_OK;
 }
 
+/* The n matrices [rows, cols] named `fmt` with k0 + k (k < n; fmt holds one %d) stacked into one owned view */
+static dd_status load_stack(loader *L, const char *what, const char *fmt, int k0, int n, int64_t rows, int64_t cols,
+                            dd_weight *out, dd_error *err) {
+    dd_weight tw[DD_MAX_LEVELS];
+    char tn[DD_MAX_LEVELS][256];
+    dd_status s;
+    for (int k = 0; k < n; k++) {
+        snprintf(tn[k], sizeof tn[k], fmt, k0 + k);
+        if ((s = load_mat(L, tn[k], 0, rows, cols, 1, &tw[k], err))) return s;
+    }
+    return stack_rows(L, what, tn, tw, rows, n, out, err);
+}
+
 static dd_status load_kyutai_tensors(loader *L, dd_error *err) {
     dd_model *m = L->m;
     const dd_config *c = &m->cfg;
@@ -1324,12 +1340,9 @@ static dd_status load_kyutai_tensors(loader *L, dd_error *err) {
     char n1[256], n2[256];
     dd_weight tw[DD_MAX_LEVELS];
     char tn[DD_MAX_LEVELS][256];
-    for (int j = 0; j < Q - 1; j++) {
-        snprintf(tn[j], sizeof tn[j], "depformer_emb.%d.weight", j);
-        if ((s = load_mat(L, tn[j], 0, V + 1, D, 1, &tw[j], err))) return s;
-    }
-    if ((s = stack_rows(L, "code tables", tn, tw, V + 1, (int)Q - 1, &m->embed, err))) return s;
-    if ((s = load_mat(L, "depformer_text_emb.weight", 0, c->text_vocab + 1, D, 1, &m->text_embed, err))) return s;
+    if ((s = load_stack(L, "code tables", "depformer_emb.%d.weight", 0, (int)Q - 1, V + 1, D, &m->embed, err)) ||
+        (s = load_mat(L, "depformer_text_emb.weight", 0, c->text_vocab + 1, D, 1, &m->text_embed, err)))
+        return s;
     /* depformer_in: one per position, or one shared (not multi-linear) */
     int shared = !find(L, "depformer_in.1.weight", NULL);
     for (int p = 0; p < Q; p++) {
@@ -1340,12 +1353,9 @@ static dd_status load_kyutai_tensors(loader *L, dd_error *err) {
     snprintf(n1, sizeof n1, "depformer_in.%d.weight", (int)Q);
     if (find(L, n1, NULL))
         return dd_fail(err, DD_EMODEL, "%s: tensor '%s': more depformer_in than the %d heads", L->label, n1, (int)Q);
-    if ((s = stack_rows(L, "input projections", tn, tw, D, (int)Q, &m->in_proj, err))) return s;
-    for (int p = 0; p < Q; p++) {
-        snprintf(tn[p], sizeof tn[p], "linears.%d.weight", p);
-        if ((s = load_mat(L, tn[p], 0, V, D, 1, &tw[p], err))) return s;
-    }
-    if ((s = stack_rows(L, "heads", tn, tw, V, (int)Q, &m->heads, err))) return s;
+    if ((s = stack_rows(L, "input projections", tn, tw, D, (int)Q, &m->in_proj, err)) ||
+        (s = load_stack(L, "heads", "linears.%d.weight", 0, (int)Q, V, D, &m->heads, err)))
+        return s;
     for (int i = 0; i < c->layers; i++) {
         float *w1, *w2;
         snprintf(n1, sizeof n1, "depformer.layers.%d.norm1.alpha", i);
@@ -1405,25 +1415,12 @@ static dd_status load_kyutai_mlx_tensors(loader *L, dd_error *err) {
                   F = c->ffn_dim, I = c->input_dim, R = (H + 2 * KV) * HD;
     dd_status s;
     char n1[256], n2[256];
-    dd_weight tw[DD_MAX_LEVELS];
-    char tn[DD_MAX_LEVELS][256];
-    for (int j = 0; j < Q - 1; j++) {
-        snprintf(tn[j], sizeof tn[j], "depformer.slices.%d.emb.weight", j + 1);
-        if ((s = load_mat(L, tn[j], 0, V + 1, D, 1, &tw[j], err))) return s;
-    }
-    if ((s = stack_rows(L, "code tables", tn, tw, V + 1, (int)Q - 1, &m->embed, err)) ||
-        (s = load_mat(L, "depformer.slices.0.emb.weight", 0, c->text_vocab + 1, D, 1, &m->text_embed, err)))
+    if ((s = load_stack(L, "code tables", "depformer.slices.%d.emb.weight", 1, (int)Q - 1, V + 1, D, &m->embed, err)) ||
+        (s = load_mat(L, "depformer.slices.0.emb.weight", 0, c->text_vocab + 1, D, 1, &m->text_embed, err)) ||
+        (s = load_stack(L, "input projections", "depformer.slices.%d.linear_in.weight", 0, (int)Q, D, I, &m->in_proj,
+                        err)) ||
+        (s = load_stack(L, "heads", "depformer.slices.%d.linear_out.weight", 0, (int)Q, V, D, &m->heads, err)))
         return s;
-    for (int p = 0; p < Q; p++) {
-        snprintf(tn[p], sizeof tn[p], "depformer.slices.%d.linear_in.weight", p);
-        if ((s = load_mat(L, tn[p], 0, D, I, 1, &tw[p], err))) return s;
-    }
-    if ((s = stack_rows(L, "input projections", tn, tw, D, (int)Q, &m->in_proj, err))) return s;
-    for (int p = 0; p < Q; p++) {
-        snprintf(tn[p], sizeof tn[p], "depformer.slices.%d.linear_out.weight", p);
-        if ((s = load_mat(L, tn[p], 0, V, D, 1, &tw[p], err))) return s;
-    }
-    if ((s = stack_rows(L, "heads", tn, tw, V, (int)Q, &m->heads, err))) return s;
     for (int p = 0; p < Q; p++)
         for (int i = 0; i < c->layers; i++) {
             dd_layer *l = &m->layer[p * c->layers + i];
