@@ -53,7 +53,7 @@ void cfg_equal(const dd_config *a, const dd_config *b);
 
 /* ---- tensor sets: a safetensors image as an editable list of tensors -------------------------------------- */
 
-#define TS_MAX 160
+#define TS_MAX 192
 
 typedef struct tset {
     dd_st_out t[TS_MAX];

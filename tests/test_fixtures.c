@@ -6,7 +6,8 @@
  * levels, level 0 from position 0; references with whole-frame attention as the original);
  * scripts/make_fixtures_qwen3_layouts.py: the whole Qwen3-Omni checkpoint (sharded; its predictor holds
  * qwen3omni_tiny's weights, so it passes qwen3omni_tiny's references) and Qwen3-Omni predictor directories quantized
- * by MLX itself (q8 group 32, q4 group 64: layer matrices, heads and code tables).
+ * by MLX itself (q8 group 32, q4 group 64: layer matrices, heads and code tables);
+ * scripts/make_fixtures_kyutai_mlx.py: Kyutai's MLX checkpoints as moshi_mlx writes and quantizes them (q8, q4, bf16).
  * For every backend available in this build: teacher-forced logits within 1e-4 * max|ref| (per fixture),
  * level-0 logits likewise, and greedy codes identical. Outputs are NaN-poisoned before each call.
  * DD_TEST_ONLY=<pattern> runs the tests whose names match (cmocka's filter, e.g. "test_moshi_*"). */
@@ -295,6 +296,128 @@ static void test_kyutai_bad(void **st) {
     assert_int_equal(th_rm_rf(th_dir), 0);
 }
 
+/* Kyutai's MLX checkpoints (moshi_mlx's Lm as its Module.save_weights writes it: the whole tiny Lm in one file, the
+ * kwargs in config.json beside): q8 group 64 and q4 group 32 as nn.quantize made kyutai/moshiko-mlx-q8/-q4 (every
+ * Linear and Embedding quantized, bf16 scales; each slice with its own norms), bf16 as moshika-mlx-bf16 (the norms
+ * the same in every slice, so it converts to the native layout); references float64 from the stored weights, checked
+ * by the script against moshi_mlx's own float32 run. The q8 model's differing per-slice norms have no place in the
+ * native layout: its export is refused by name. */
+static void test_kyutai_mlx(void **st) {
+    (void)st;
+    static const struct { const char *path, *name; dd_dtype type; int group; } fx[] = {
+        {FX "kyutai_mlx_q8/model.q8.safetensors", "kyutai_mlx_q8", DD_Q8, 64},
+        {FX "kyutai_mlx_q4/model.q4.safetensors", "kyutai_mlx_q4", DD_Q4, 32},
+        {FX "kyutai_mlx_bf16/model.safetensors", "kyutai_mlx_bf16", DD_BF16, 0}};
+    dd_error e;
+    for (size_t k = 0; k < sizeof fx / sizeof *fx; k++) {
+        dd_model *m;
+        if (dd_model_load(&m, fx[k].path, &e)) fail_msg("%s", e.msg);
+        const dd_config *c = dd_model_config(m);
+        assert_int_equal(c->weight_type, fx[k].type);
+        assert_int_equal(c->quant_group, fx[k].group);
+        assert_true(c->per_position && c->levels == 4 && c->layers == 2 && c->kv_heads == c->heads);
+        assert_true(c->norm_eps == 1e-8f); /* moshi_mlx's RMSNorm, whatever "norm" says */
+        check_model(m, fx[k].name);
+    }
+    check_native_copy(FX "kyutai_mlx_bf16/model.safetensors", "kyutai_mlx_bf16", DD_F32);
+    dd_model *m, *n = (dd_model *)1;
+    if (dd_model_load(&m, fx[0].path, &e)) fail_msg("%s", e.msg);
+    dd_export_params p = dd_export_default_params();
+    assert_int_equal(dd_model_export_mem(&n, m, &p, &e), DD_EUNSUPPORTED);
+    printf("  refused: %s\n", e.msg);
+    assert_non_null(strstr(e.msg, "slice 1's RMSNorm"));
+    dd_model_free(m);
+}
+
+static void put_file(const char *src, const char *name, const char *text);
+
+/* One edit of the q4 fixture (tensors dropped, added or replaced; config.json text) refused with `code`, naming `want` */
+static void kyutai_mlx_refused(tset *ts, const char *cfg, dd_status code, const char *want) {
+    char p[256], cp[256];
+    TH_PATH(p, "model.q4.safetensors");
+    TH_PATH(cp, "config.json");
+    ts_write(ts, p);
+    if (cfg) th_write_bytes(cp, cfg, strlen(cfg));
+    else remove(cp);
+    expect_fail_in(p, code, want, NULL);
+    dd_error e;
+    dd_model *m;
+    dd_model_load(&m, p, &e);
+    printf("  refused: %s\n", e.msg);
+}
+
+static void test_kyutai_mlx_bad(void **st) {
+    (void)st;
+    assert_int_equal(th_tmpdir("kyutai_mlx"), 0);
+    size_t n;
+    char *cfg = (char *)th_slurp(FX "kyutai_mlx_q4/config.json", &n), *c2 = malloc(n + 200), *at;
+    tset *ts = ts_load(FX "kyutai_mlx_q4/model.q4.safetensors");
+    char p[256];
+    TH_PATH(p, "model.q4.safetensors");
+    ts_write(ts, p);
+    put_file(NULL, "config.json", cfg);
+    dd_model *m = load_ok(p); /* the copy loads */
+    dd_model_free(m);
+    /* config.json: none (16 heads and the other defaults are only for Moshi 7B's dims), a positional embedding, a
+     * window shorter than the frame, a dimension the tensors contradict */
+    kyutai_mlx_refused(ts, NULL, DD_EMODEL, "depformer_num_heads");
+    strcpy(c2, cfg);
+    assert_non_null(at = strstr(c2, "\"none\""));
+    memcpy(at, "\"rope\"", 6);
+    kyutai_mlx_refused(ts, c2, DD_EUNSUPPORTED, "depformer_pos_emb \"rope\"");
+    strcpy(c2, cfg);
+    assert_non_null(at = strstr(c2, "\"depformer_context\": 4"));
+    at[strlen("\"depformer_context\": ")] = '2';
+    kyutai_mlx_refused(ts, c2, DD_EUNSUPPORTED, "depformer_context");
+    strcpy(c2, cfg);
+    assert_non_null(at = strstr(c2, "\"dep_q\": 4"));
+    at[strlen("\"dep_q\": ")] = '5';
+    kyutai_mlx_refused(ts, c2, DD_EMODEL, "\"dep_q\" is not 4");
+    /* tensors: a quantized matrix without its scales, a missing matrix, features the engine does not run (biases,
+     * low-rank tables), a slice or layer more than the rest, GQA (moshi_mlx has none), 2-bit, group 16 */
+    snap *sv = ts_save(ts);
+    ts_drop(ts, "depformer.slices.3.linear_in.scales");
+    kyutai_mlx_refused(ts, cfg, DD_EMODEL, "depformer.slices.3.linear_in.biases");
+    ts_restore(ts, sv);
+    sv = ts_save(ts);
+    ts_drop(ts, "depformer.slices.2.transformer.layers.1.gating.linear_out.weight");
+    kyutai_mlx_refused(ts, cfg, DD_EMODEL, "depformer.slices.2.transformer.layers.1.gating.linear_out");
+    ts_restore(ts, sv);
+    static const char *const added[] = {"depformer.slices.2.transformer.layers.1.self_attn.in_proj.bias",
+                                        "depformer.slices.1.emb.low_rank.weight", "depformer.slices.0.emb.out1.weight"};
+    for (size_t k = 0; k < sizeof added / sizeof *added; k++) {
+        sv = ts_save(ts);
+        ts_put(ts, added[k], DD_ST_BF16, 1, (int64_t[]){64});
+        kyutai_mlx_refused(ts, cfg, DD_EUNSUPPORTED, added[k]);
+        ts_restore(ts, sv);
+    }
+    sv = ts_save(ts);
+    ts_put(ts, "depformer.slices.4.emb.weight", DD_ST_BF16, 2, (int64_t[]){33, 64});
+    kyutai_mlx_refused(ts, cfg, DD_EMODEL, "more slices");
+    ts_restore(ts, sv);
+    sv = ts_save(ts);
+    ts_put(ts, "depformer.slices.2.transformer.layers.2.norm1.weight", DD_ST_BF16, 1, (int64_t[]){64});
+    kyutai_mlx_refused(ts, cfg, DD_EMODEL, "more layers");
+    ts_restore(ts, sv);
+    sv = ts_save(ts);
+    ts_put(ts, "depformer.slices.0.transformer.layers.0.self_attn.in_proj.weight", DD_ST_U32, 2, (int64_t[]){128, 8});
+    kyutai_mlx_refused(ts, cfg, DD_EMODEL, "no GQA");
+    ts_restore(ts, sv);
+    sv = ts_save(ts); /* 2-bit heads: 4 words for 64 columns */
+    ts_put(ts, "depformer.slices.0.linear_out.weight", DD_ST_U32, 2, (int64_t[]){32, 4});
+    kyutai_mlx_refused(ts, cfg, DD_EUNSUPPORTED, "at 2 bits");
+    ts_restore(ts, sv);
+    sv = ts_save(ts); /* group 16: 4 groups of 64 columns */
+    ts_put(ts, "depformer.slices.1.linear_out.scales", DD_ST_BF16, 2, (int64_t[]){32, 4});
+    ts_put(ts, "depformer.slices.1.linear_out.biases", DD_ST_BF16, 2, (int64_t[]){32, 4});
+    kyutai_mlx_refused(ts, cfg, DD_EMODEL, "group size 16");
+    ts_restore(ts, sv);
+    ts_free(ts);
+    free(cfg);
+    free(c2);
+    assert_int_equal(th_rm_rf(th_dir), 0);
+}
+
 /* The fixture file `src` copied into th_dir as `name`; `text` (NUL-terminated) written there instead when not NULL */
 static void put_file(const char *src, const char *name, const char *text) {
     char p[256];
@@ -570,6 +693,8 @@ int main(void) {
         cmocka_unit_test(test_moshi_bad_dirs),
         cmocka_unit_test(test_kyutai_tiny),
         cmocka_unit_test(test_kyutai_bad),
+        cmocka_unit_test(test_kyutai_mlx),
+        cmocka_unit_test(test_kyutai_mlx_bad),
     };
     lt_verbose = getenv("DD_TEST_VERBOSE") && atoi(getenv("DD_TEST_VERBOSE")) > 0; /* print the refusals */
     if (getenv("DD_TEST_ONLY") && *getenv("DD_TEST_ONLY")) cmocka_set_test_filter(getenv("DD_TEST_ONLY")); /* e.g. "test_moshi_*" */

@@ -273,6 +273,12 @@ static void test_container_valid(void **state) {
     assert_int_equal(dd_st_open(&f, path, &e), DD_OK);
     dd_st_close(&f);
     expect_fail(path, DD_EMODEL, "config");
+    /* "__metadata__": null is no metadata (the reference crate's Option; MLX's Module.save_weights writes it) */
+    raw_st(path, "{\"__metadata__\":null}", 0, -1);
+    assert_int_equal(dd_st_open(&f, path, &e), DD_OK);
+    assert_int_equal(f.n, 0);
+    assert_null(dd_st_meta(&f, "depthdec.config"));
+    dd_st_close(&f);
 }
 
 /* ---- files that are not there ----------------------------------------------------------------------------- */

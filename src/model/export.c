@@ -228,6 +228,16 @@ static void put_per_position(writer *w, const dd_model *m, int q) {
     for (int i = 0; i < L && !w->l.st; i++) {
 #define NM(fmt) (snprintf(nm, sizeof nm, "layers.%d." fmt, i), nm)
         const dd_layer *l0 = dd_model_layer(m, 0, i);
+        /* the layout holds one norm pair per layer; moshi_mlx's files hold one per slice (Kyutai's conversions
+         * copy the same vectors into every slice): slices whose norms differ have no place here */
+        for (int p = 1; p < Q && !w->l.st; p++) {
+            const dd_layer *l = dd_model_layer(m, p, i);
+            if (memcmp(l->norm1_w, l0->norm1_w, (size_t)D * sizeof(float)) ||
+                memcmp(l->norm2_w, l0->norm2_w, (size_t)D * sizeof(float)))
+                w->l.st = dd_fail(w->l.err, DD_EUNSUPPORTED,
+                                  "%s: layer %d: slice %d's RMSNorm weights differ from slice 0's; the native layout "
+                                  "holds one pair per layer (shared by the positions)", m->source, i, p);
+        }
         put_vec(w, NM("norm1.weight"), l0->norm1_w, D);
         put_vec(w, NM("norm2.weight"), l0->norm2_w, D);
         for (int p = 0; p < Q; p++) {

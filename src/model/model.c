@@ -744,9 +744,14 @@ static dd_status check_types(loader *L, int family, dd_error *err) {
                                           "self_attn.in_projs.P", "self_attn.out_projs.P",
                                           "gating.P.linear_in",   "gating.P.linear_in",
                                           "gating.P.linear_out"};
-    if (family == DD_FAMILY_MOSHI) snprintf(pre, sizeof pre, "%s%slayers.", m->kyutai ? "depformer." : "", m->prefix);
+    static const char *const kyutai_mlx[7] = {"self_attn.in_proj",  "self_attn.in_proj", "self_attn.in_proj",
+                                              "self_attn.out_proj", "gating.linear_in",  "gating.linear_in",
+                                              "gating.linear_out"};
+    if (family == DD_FAMILY_MOSHI)
+        snprintf(pre, sizeof pre, "%s%slayers.",
+                 m->kyutai == 2 ? "depformer.slices.P.transformer." : m->kyutai ? "depformer." : "", m->prefix);
     const char *const *nm = family == DD_FAMILY_NATIVE ? nat
-                            : family == DD_FAMILY_MOSHI ? (m->kyutai ? kyutai : moshi)
+                            : family == DD_FAMILY_MOSHI ? (m->kyutai == 2 ? kyutai_mlx : m->kyutai ? kyutai : moshi)
                                                         : hf;
     for (int li = 0; li < c->layers * m->nslices; li++) { /* every position's slice too */
         const dd_layer *l = &m->layer[li];
@@ -972,13 +977,70 @@ static dd_status open_native(dd_model *m, const char *path, dd_error *err) {
  * depformer_num_heads (16), norm ("rms_norm_f32": eps 1e-8; "rms_norm": 1e-5), depformer_pos_emb ("none"),
  * depformer_gating ("silu"), no depformer_weights_per_step_schedule. Anything else is refused by name. */
 
-/* Is `path` a safetensors file of Kyutai's (depformer_text_emb.weight, no depthdec config)? */
+/* ---- Kyutai's MLX checkpoints (the moshi_mlx package: kyutai-labs/moshi moshi_mlx/, e.g. kyutai/moshiko-mlx-q4) -----
+ * The whole Lm's weights as moshi_mlx's Module.save_weights writes them (moshi_mlx/models/lm.py: Lm, DepFormer,
+ * DepFormerSlice; modules/transformer.py), one module tree per depformer slice p (docs/formats.md):
+ *   depformer.slices.{p}.emb.weight (slice 0: the text table [TV+1, D]; p >= 1: code p-1's [V+1, D]),
+ *   depformer.slices.{p}.linear_in.weight [D, I], depformer.slices.{p}.linear_out.weight [V, D],
+ *   depformer.slices.{p}.transformer.layers.{i}.norm1.weight / norm2.weight [D] (RMSNorm, eps 1e-8),
+ *     .self_attn.in_proj.weight [3D, D] (rows q, k, v: moshi_mlx has no GQA), .self_attn.out_proj.weight [D, D],
+ *     .gating.linear_in.weight [2F, D] (the SiLU half, then the multiplied half), .gating.linear_out.weight [D, F].
+ * The published q8/q4 files are nn.quantize(model, bits, group_size) of the bf16 model: every Linear and Embedding
+ * above is MLX-quantized (X.weight U32 + X.scales + X.biases, bf16), read as any quantized matrix. Each slice has its
+ * own norms (Kyutai's conversion copies the PyTorch model's shared ones into every slice); the slice counts as a
+ * position's weights, so a schedule (depformer_weights_per_step_schedule) was resolved when the file was written. */
+
+/* Is `path` a safetensors file of Kyutai's (no depthdec config)? 1: the moshi package's (depformer_text_emb.weight),
+ * 2: moshi_mlx's (depformer.slices.0.linear_out.weight); else 0. */
 static int kyutai_file(const char *path) {
     dd_st_file f;
     if (dd_st_open(&f, path, NULL)) return 0;
-    int k = dd_st_find(&f, "depformer_text_emb.weight") && !dd_st_meta(&f, "depthdec.config");
+    int k = 0;
+    if (!dd_st_meta(&f, "depthdec.config")) {
+        if (dd_st_find(&f, "depformer_text_emb.weight")) k = 1;
+        else if (dd_st_find(&f, "depformer.slices.0.linear_out.weight")) k = 2;
+    }
     dd_st_close(&f);
     return k;
+}
+
+/* moshi_mlx: a 2-D matrix's rows and columns, dense as stored, MLX-quantized (U32 words beside `X.scales`) as
+ * words * 32 / bits, bits those of the heads (mlx_bits; nn.quantize gives every Linear the same). With dense heads
+ * a quantized matrix's width cannot be told from its shape: refused. */
+static dd_status mlx_dims(loader *L, const char *name, int bits, int64_t *rows, int64_t *cols, dd_error *err) {
+    const dd_st_tensor *t = find(L, name, NULL);
+    if (!t) return dd_fail(err, DD_EMODEL, "%s: missing tensor '%s' (Kyutai moshi_mlx checkpoint)", L->label, name);
+    if (t->ndim != 2) return dd_fail(err, DD_EMODEL, "%s: tensor '%s': %d dims, expected 2", L->label, name, t->ndim);
+    char sn[300];
+    snprintf(sn, sizeof sn, "%.*s.scales", (int)strlen(name) - 7, name); /* name ends in ".weight" */
+    *rows = t->shape[0];
+    *cols = t->shape[1];
+    if (!find(L, sn, NULL)) return DD_OK;
+    if (!bits)
+        return dd_fail(err, DD_EMODEL, "%s: tensor '%s' is MLX-quantized but the heads are not", L->label, name);
+    if (*cols > INT64_MAX / 32)
+        return dd_fail(err, DD_EMODEL, "%s: tensor '%s': %lld words per row", L->label, name, (long long)*cols);
+    *cols = *cols * 32 / bits;
+    return DD_OK;
+}
+
+/* moshi_mlx: the quantization bits of the head `name` [V, D] (0 when dense), from its words per row and D. */
+static dd_status mlx_bits(loader *L, const char *name, int64_t D, int *bits, dd_error *err) {
+    char sn[300];
+    snprintf(sn, sizeof sn, "%.*s.scales", (int)strlen(name) - 7, name);
+    const dd_st_tensor *t = find(L, name, NULL);
+    *bits = 0;
+    if (!t || !find(L, sn, NULL) || t->ndim != 2) return DD_OK; /* dense, or refused by the shape checks */
+    const int64_t words = t->shape[1];
+    if (words < 1 || words > D || (words * 32) % D)
+        return dd_fail(err, DD_EMODEL, "%s: quantized tensor '%s': %lld u32 words per row do not pack %lld values",
+                       L->label, name, (long long)words, (long long)D);
+    *bits = (int)(words * 32 / D);
+    if (*bits != 8 && *bits != 4)
+        return dd_fail(err, DD_EUNSUPPORTED,
+                       "%s: tensor '%s' is MLX-quantized at %d bits (%lld words for %lld columns): the engine takes "
+                       "8 or 4", L->label, name, *bits, (long long)words, (long long)D);
+    return DD_OK;
 }
 
 static dd_status kyutai_shape(loader *L, const char *name, int nd, int64_t *dims, dd_error *err) {
@@ -999,7 +1061,109 @@ static dd_status kyutai_hint_str(const char *src, const json_t *cj, const char *
     return DD_OK;
 }
 
-static dd_status open_kyutai(dd_model *m, const char *path, dd_error *err) {
+/* The moshi package's file: V, D, TV, I into L->m->cfg, the attention in_proj rows per position *R and the gated
+ * width *F; tensors of features the engine does not run refused by name. */
+static dd_status kyutai_torch_dims(loader *L, int Q, int64_t *R, int64_t *F, dd_error *err) {
+    dd_config *c = &L->m->cfg;
+    static const char *const refused[] = {"depformer_norms.0.alpha", "depformer_norms.0.weight", "linears.0.bias",
+                                          "depformer.layers.0.layer_scale_1.scale", "depformer.layers.0.norm1.weight",
+                                          "depformer.layers.0.linear1.weight", "depformer_text_emb.low_rank.weight",
+                                          "depformer_emb.0.low_rank.weight", "depformer.layers.0.norm_cross.weight"};
+    for (size_t k = 0; k < sizeof refused / sizeof *refused; k++)
+        if (find(L, refused[k], NULL))
+            return dd_fail(err, DD_EUNSUPPORTED, "%s: tensor '%s': not supported in a Kyutai depformer", L->label,
+                           refused[k]);
+    int64_t d2[2];
+    dd_status s;
+    if ((s = kyutai_shape(L, "linears.0.weight", 2, d2, err))) return s;
+    c->codebook_size = (int)d2[0];
+    c->dim = (int)d2[1];
+    if ((s = kyutai_shape(L, "depformer_text_emb.weight", 2, d2, err))) return s;
+    c->text_vocab = (int)d2[0] - 1;
+    if ((s = kyutai_shape(L, "depformer_in.0.weight", 2, d2, err))) return s;
+    c->input_dim = (int)d2[1];
+    if (find(L, "depformer.layers.0.self_attn.in_proj_weight", NULL)) {
+        if ((s = kyutai_shape(L, "depformer.layers.0.self_attn.in_proj_weight", 2, d2, err))) return s;
+        *R = d2[0] / Q;
+    } else {
+        if ((s = kyutai_shape(L, "depformer.layers.0.self_attn.in_projs.0.weight", 2, d2, err))) return s;
+        *R = d2[0];
+    }
+    if ((s = kyutai_shape(L, "depformer.layers.0.gating.0.linear_out.weight", 2, d2, err))) return s;
+    *F = d2[1];
+    return DD_OK;
+}
+
+/* moshi_mlx's file: as kyutai_torch_dims, from slice 0's tensors (every slice's are checked at load). D is the
+ * norms' length (RMSNorm weights are never quantized), the quantization bits those of the heads. moshi_mlx's
+ * attention has no GQA (Attention asserts kv_repeat == 1), so in_proj must hold 3·D rows. */
+static dd_status kyutai_mlx_dims(loader *L, int Q, int nl, int64_t *R, int64_t *F, dd_error *err) {
+    dd_config *c = &L->m->cfg;
+    char nm[256];
+    /* features moshi_mlx has but the engine does not run: low-rank or demultiplexed tables (ScaledEmbedding),
+     * biases (bias_attn follows "depformer_layer_scale"), layer scales, LayerNorm, an MLP without gating, a slice
+     * or layer more than the others have */
+    static const char *const emb[] = {"emb.low_rank.weight", "emb.out1.weight", "emb.out2.weight"};
+    static const char *const lay[] = {"self_attn.in_proj.bias", "self_attn.out_proj.bias", "gating.linear_in.bias",
+                                      "gating.linear_out.bias", "layer_scale_1.scale", "layer_scale_2.scale",
+                                      "norm1.bias", "gating.linear1.weight", "cross_attention.in_proj.weight"};
+    for (int p = 0; p <= Q; p++) {
+        for (size_t k = 0; p < Q && k < sizeof emb / sizeof *emb; k++)
+            if (snprintf(nm, sizeof nm, "depformer.slices.%d.%s", p, emb[k]), find(L, nm, NULL))
+                return dd_fail(err, DD_EUNSUPPORTED, "%s: tensor '%s': not supported in a Kyutai depformer",
+                               L->label, nm);
+        for (int i = 0; p < Q && i < nl; i++)
+            for (size_t k = 0; k < sizeof lay / sizeof *lay; k++)
+                if (snprintf(nm, sizeof nm, "depformer.slices.%d.transformer.layers.%d.%s", p, i, lay[k]),
+                    find(L, nm, NULL))
+                    return dd_fail(err, DD_EUNSUPPORTED, "%s: tensor '%s': not supported in a Kyutai depformer",
+                                   L->label, nm);
+        snprintf(nm, sizeof nm, p < Q ? "depformer.slices.%d.transformer.layers.%d.norm1.weight"
+                                      : "depformer.slices.%d.emb.weight", p, nl);
+        if (find(L, nm, NULL))
+            return dd_fail(err, DD_EMODEL, "%s: tensor '%s': more %s than the %d %s", L->label, nm,
+                           p < Q ? "layers" : "slices", p < Q ? nl : Q,
+                           p < Q ? "of slice 0" : "heads depformer.slices.{k}.linear_out.weight");
+    }
+    int64_t d2[2], rows, cols;
+    int bits;
+    dd_status s;
+    if ((s = kyutai_shape(L, "depformer.slices.0.transformer.layers.0.norm1.weight", 1, d2, err))) return s;
+    const int64_t D = d2[0];
+    if (D < 1 || D > DD_MAX_DIM)
+        return dd_fail(err, DD_EMODEL, "%s: depformer width %lld out of range (want 1..%d)", L->label, (long long)D,
+                       DD_MAX_DIM);
+    c->dim = (int)D;
+    if ((s = mlx_bits(L, "depformer.slices.0.linear_out.weight", D, &bits, err)) ||
+        (s = mlx_dims(L, "depformer.slices.0.linear_out.weight", bits, &rows, &cols, err)))
+        return s;
+    c->codebook_size = (int)rows;
+    if ((s = mlx_dims(L, "depformer.slices.0.emb.weight", bits, &rows, &cols, err))) return s;
+    c->text_vocab = (int)rows - 1;
+    if ((s = mlx_dims(L, "depformer.slices.0.linear_in.weight", bits, &rows, &cols, err))) return s;
+    c->input_dim = (int)cols;
+    if ((s = mlx_dims(L, "depformer.slices.0.transformer.layers.0.self_attn.in_proj.weight", bits, R, &cols, err)) ||
+        (s = mlx_dims(L, "depformer.slices.0.transformer.layers.0.gating.linear_out.weight", bits, &rows, F, err)))
+        return s;
+    if (*R != 3 * D)
+        return dd_fail(err, DD_EMODEL,
+                       "%s: tensor 'depformer.slices.0.transformer.layers.0.self_attn.in_proj.weight': %lld rows, "
+                       "expected 3 x %lld (moshi_mlx's attention has no GQA: kv_repeat 1)", L->label, (long long)*R,
+                       (long long)D);
+    return DD_OK;
+}
+
+/* A Kyutai config.json key that restates a dimension the shapes gave: when present it must agree */
+static dd_status kyutai_hint_dim(const char *src, const json_t *cj, const char *key, int64_t have, dd_error *err) {
+    const json_t *v = cj ? json_object_get(cj, key) : NULL;
+    if (!v || json_is_null(v)) return DD_OK;
+    if (!json_is_integer(v) || json_integer_value(v) != have)
+        return dd_fail(err, DD_EMODEL, "%s: \"%s\" is not %lld, what the tensors hold", src, key, (long long)have);
+    return DD_OK;
+}
+
+/* mlx: the moshi_mlx layout (kyutai_file() == 2), else the moshi package's */
+static dd_status open_kyutai(dd_model *m, const char *path, int mlx, dd_error *err) {
     dd_status s = add_map(m, path, err);
     if (s) return s;
     loader L = {.m = m, .label = path};
@@ -1038,12 +1202,17 @@ static dd_status open_kyutai(dd_model *m, const char *path, dd_error *err) {
         (s = kyutai_hint_str(src, cj, "depformer_pos_emb", "none", &pos, err)) ||
         (s = kyutai_hint_str(src, cj, "depformer_gating", "silu", &gating, err)))
         goto out;
-    if (strcmp(norm, "rms_norm_f32") == 0) c->norm_eps = 1e-8f;
+    /* moshi_mlx (LmConfig.from_config_dict, TransformerLayer) builds the depformer with RMSNorm at eps 1e-8 and
+     * SiLU-gated MLPs whatever "norm" and "depformer_gating" say, and its files hold every slice's weights (a
+     * schedule was resolved when they were converted): for mlx only the positional embedding and the context count */
+    if (mlx) c->norm_eps = 1e-8f;
+    else if (strcmp(norm, "rms_norm_f32") == 0) c->norm_eps = 1e-8f;
     else if (strcmp(norm, "rms_norm") == 0) c->norm_eps = 1e-5f;
     else s = dd_fail(err, DD_EUNSUPPORTED, "%s: norm \"%s\": only rms_norm and rms_norm_f32 are supported", src, norm);
     if (!s && strcmp(pos, "none") != 0)
         s = dd_fail(err, DD_EUNSUPPORTED, "%s: depformer_pos_emb \"%s\": only \"none\" is supported", src, pos);
-    if (!s && strcmp(gating, "silu") != 0)
+    if (mlx) sched = dn = lr = NULL; /* low-rank tables are refused by their tensors' names */
+    if (!s && !mlx && strcmp(gating, "silu") != 0)
         s = dd_fail(err, DD_EUNSUPPORTED, "%s: depformer_gating \"%s\": only \"silu\" is supported", src, gating);
     if (!s && sched && !json_is_null(sched))
         s = dd_fail(err, DD_EUNSUPPORTED, "%s: depformer_weights_per_step_schedule is not supported", src);
@@ -1053,49 +1222,25 @@ static dd_status open_kyutai(dd_model *m, const char *path, dd_error *err) {
         s = dd_fail(err, DD_EUNSUPPORTED, "%s: depformer_low_rank_embeddings is not supported", src);
     if (s) goto out;
     /* shapes */
-    int64_t d2[2], d3[3];
     char nm[256];
     int Q = 0, L_ = 0;
-    while (Q <= DD_MAX_LEVELS && (snprintf(nm, sizeof nm, "linears.%d.weight", Q), find(&L, nm, NULL))) Q++;
-    while (L_ <= DD_MAX_LAYERS && (snprintf(nm, sizeof nm, "depformer.layers.%d.norm1.alpha", L_), find(&L, nm, NULL)))
-        L_++;
+    const char *head_fmt = mlx ? "depformer.slices.%d.linear_out.weight" : "linears.%d.weight";
+    const char *norm_fmt = mlx ? "depformer.slices.0.transformer.layers.%d.norm1.weight" : "depformer.layers.%d.norm1.alpha";
+    while (Q <= DD_MAX_LEVELS && (snprintf(nm, sizeof nm, head_fmt, Q), find(&L, nm, NULL))) Q++;
+    while (L_ <= DD_MAX_LAYERS && (snprintf(nm, sizeof nm, norm_fmt, L_), find(&L, nm, NULL))) L_++;
     if (Q < 2 || Q > DD_MAX_LEVELS) {
-        s = dd_fail(err, DD_EMODEL, "%s: %d heads linears.{k}.weight (want 2..%d)", path, Q, DD_MAX_LEVELS);
+        s = dd_fail(err, DD_EMODEL, "%s: %d heads %s (want 2..%d)", path, Q,
+                    mlx ? "depformer.slices.{k}.linear_out.weight" : "linears.{k}.weight", DD_MAX_LEVELS);
         goto out;
     }
     if (L_ < 1 || L_ > DD_MAX_LAYERS) {
-        s = dd_fail(err, DD_EMODEL, "%s: %d depformer layers (tensor 'depformer.layers.%d.norm1.alpha'; want 1..%d)",
-                    path, L_, L_ < 1 ? 0 : L_, DD_MAX_LAYERS);
+        snprintf(nm, sizeof nm, norm_fmt, L_ < 1 ? 0 : L_);
+        s = dd_fail(err, DD_EMODEL, "%s: %d depformer layers (tensor '%s'; want 1..%d)", path, L_, nm, DD_MAX_LAYERS);
         goto out;
     }
-    static const char *const refused[] = {"depformer_norms.0.alpha", "depformer_norms.0.weight", "linears.0.bias",
-                                          "depformer.layers.0.layer_scale_1.scale", "depformer.layers.0.norm1.weight",
-                                          "depformer.layers.0.linear1.weight", "depformer_text_emb.low_rank.weight",
-                                          "depformer_emb.0.low_rank.weight", "depformer.layers.0.norm_cross.weight"};
-    for (size_t k = 0; k < sizeof refused / sizeof *refused; k++)
-        if (find(&L, refused[k], NULL)) {
-            s = dd_fail(err, DD_EUNSUPPORTED, "%s: tensor '%s': not supported in a Kyutai depformer", path, refused[k]);
-            goto out;
-        }
-    if ((s = kyutai_shape(&L, "linears.0.weight", 2, d2, err))) goto out;
-    c->codebook_size = (int)d2[0];
-    c->dim = (int)d2[1];
-    if ((s = kyutai_shape(&L, "depformer_text_emb.weight", 2, d2, err))) goto out;
-    c->text_vocab = (int)d2[0] - 1;
-    if ((s = kyutai_shape(&L, "depformer_in.0.weight", 2, d2, err))) goto out;
-    c->input_dim = (int)d2[1];
-    int64_t R;
-    if (find(&L, "depformer.layers.0.self_attn.in_proj_weight", NULL)) {
-        if ((s = kyutai_shape(&L, "depformer.layers.0.self_attn.in_proj_weight", 2, d2, err))) goto out;
-        R = d2[0] / Q;
-    } else {
-        if ((s = kyutai_shape(&L, "depformer.layers.0.self_attn.in_projs.0.weight", 2, d2, err))) goto out;
-        R = d2[0];
-    }
-    if ((s = kyutai_shape(&L, "depformer.layers.0.gating.0.linear_out.weight", 2, d2, err))) goto out;
-    int64_t F = d2[1];
-    (void)d3;
-    int64_t D = c->dim;
+    int64_t R, F, D;
+    if ((s = mlx ? kyutai_mlx_dims(&L, Q, L_, &R, &F, err) : kyutai_torch_dims(&L, Q, &R, &F, err))) goto out;
+    D = c->dim;
     if (c->codebook_size < 1 || c->codebook_size > DD_MAX_VOCAB - 1 || D < 1 || D > DD_MAX_DIM ||
         c->text_vocab < 1 || c->text_vocab > DD_MAX_TEXT_VOCAB || c->input_dim < 1 || c->input_dim > DD_MAX_DIM ||
         F < 1 || F > DD_MAX_FFN) {
@@ -1104,12 +1249,27 @@ static dd_status open_kyutai(dd_model *m, const char *path, dd_error *err) {
         goto out;
     }
     /* the defaults stand in only for Moshi 7B's depformer (kyutai/moshiko|moshika-pytorch-*, whose repositories hold
-     * no config.json): other dims without config.json could load with the wrong head count and still fit */
+     * no config.json; moshi_mlx's own default, models.config_v0_1(), for kyutai/moshiko|moshika-mlx-*): other dims
+     * without config.json could load with the wrong head count and still fit */
     if (!cj && !(D == 1024 && Q == 8 && L_ == 6 && c->input_dim == 4096 && F == 2816)) {
         s = dd_fail(err, DD_EMODEL,
                     "%s: not Moshi 7B's depformer dims (D %lld, Q %d, layers %d, input %d, ffn %lld) and no Kyutai "
-                    "config.json beside it: give one with \"depformer_num_heads\" and \"norm\" (the LMModel kwargs)",
-                    path, (long long)D, Q, L_, c->input_dim, (long long)F);
+                    "config.json beside it: give one with \"depformer_num_heads\"%s (the LMModel kwargs)",
+                    path, (long long)D, Q, L_, c->input_dim, (long long)F, mlx ? "" : " and \"norm\"");
+        goto out;
+    }
+    /* keys restating what the tensors hold must agree (moshi_mlx's strict load would fail otherwise); moshi_mlx
+     * attends to the current position and the `depformer_context` before it (Attention.__call__), default dep_q:
+     * the whole frame needs Q - 1 */
+    if ((s = kyutai_hint_dim(src, cj, "dep_q", Q, err)) || (s = kyutai_hint_dim(src, cj, "card", c->codebook_size, err)) ||
+        (s = kyutai_hint_dim(src, cj, "text_card", c->text_vocab, err)) || (s = kyutai_hint_dim(src, cj, "dim", c->input_dim, err)) ||
+        (s = kyutai_hint_dim(src, cj, "depformer_dim", D, err)) ||
+        (s = kyutai_hint_dim(src, cj, "depformer_num_layers", L_, err)))
+        goto out;
+    const json_t *ctx = cj ? json_object_get(cj, "depformer_context") : NULL;
+    if (mlx && ctx && !json_is_null(ctx) && (!json_is_integer(ctx) || json_integer_value(ctx) < Q - 1)) {
+        s = dd_fail(err, DD_EUNSUPPORTED, "%s: depformer_context must be an integer >= %d (dep_q - 1): moshi_mlx "
+                    "would attend to a window shorter than the frame", src, Q - 1);
         goto out;
     }
     if (D % heads) {
@@ -1131,7 +1291,7 @@ static dd_status open_kyutai(dd_model *m, const char *path, dd_error *err) {
     c->ffn_dim = (int)F;
     c->block = DD_BLOCK_LLAMA;
     c->per_position = 1;
-    m->kyutai = 1;
+    m->kyutai = mlx ? 2 : 1;
     m->prefix = "";
     s = dd_config_check(path, c, err);
 out:
@@ -1158,6 +1318,19 @@ static dd_status load_alpha(loader *L, const char *name, int64_t D, float **out,
     return DD_OK;
 }
 
+/* The n matrices [rows, cols] named `fmt` with k0 + k (k < n; fmt holds one %d) stacked into one owned view */
+static dd_status load_stack(loader *L, const char *what, const char *fmt, int k0, int n, int64_t rows, int64_t cols,
+                            dd_weight *out, dd_error *err) {
+    dd_weight tw[DD_MAX_LEVELS];
+    char tn[DD_MAX_LEVELS][256];
+    dd_status s;
+    for (int k = 0; k < n; k++) {
+        snprintf(tn[k], sizeof tn[k], fmt, k0 + k);
+        if ((s = load_mat(L, tn[k], 0, rows, cols, 1, &tw[k], err))) return s;
+    }
+    return stack_rows(L, what, tn, tw, rows, n, out, err);
+}
+
 static dd_status load_kyutai_tensors(loader *L, dd_error *err) {
     dd_model *m = L->m;
     const dd_config *c = &m->cfg;
@@ -1167,12 +1340,9 @@ static dd_status load_kyutai_tensors(loader *L, dd_error *err) {
     char n1[256], n2[256];
     dd_weight tw[DD_MAX_LEVELS];
     char tn[DD_MAX_LEVELS][256];
-    for (int j = 0; j < Q - 1; j++) {
-        snprintf(tn[j], sizeof tn[j], "depformer_emb.%d.weight", j);
-        if ((s = load_mat(L, tn[j], 0, V + 1, D, 1, &tw[j], err))) return s;
-    }
-    if ((s = stack_rows(L, "code tables", tn, tw, V + 1, (int)Q - 1, &m->embed, err))) return s;
-    if ((s = load_mat(L, "depformer_text_emb.weight", 0, c->text_vocab + 1, D, 1, &m->text_embed, err))) return s;
+    if ((s = load_stack(L, "code tables", "depformer_emb.%d.weight", 0, (int)Q - 1, V + 1, D, &m->embed, err)) ||
+        (s = load_mat(L, "depformer_text_emb.weight", 0, c->text_vocab + 1, D, 1, &m->text_embed, err)))
+        return s;
     /* depformer_in: one per position, or one shared (not multi-linear) */
     int shared = !find(L, "depformer_in.1.weight", NULL);
     for (int p = 0; p < Q; p++) {
@@ -1183,12 +1353,9 @@ static dd_status load_kyutai_tensors(loader *L, dd_error *err) {
     snprintf(n1, sizeof n1, "depformer_in.%d.weight", (int)Q);
     if (find(L, n1, NULL))
         return dd_fail(err, DD_EMODEL, "%s: tensor '%s': more depformer_in than the %d heads", L->label, n1, (int)Q);
-    if ((s = stack_rows(L, "input projections", tn, tw, D, (int)Q, &m->in_proj, err))) return s;
-    for (int p = 0; p < Q; p++) {
-        snprintf(tn[p], sizeof tn[p], "linears.%d.weight", p);
-        if ((s = load_mat(L, tn[p], 0, V, D, 1, &tw[p], err))) return s;
-    }
-    if ((s = stack_rows(L, "heads", tn, tw, V, (int)Q, &m->heads, err))) return s;
+    if ((s = stack_rows(L, "input projections", tn, tw, D, (int)Q, &m->in_proj, err)) ||
+        (s = load_stack(L, "heads", "linears.%d.weight", 0, (int)Q, V, D, &m->heads, err)))
+        return s;
     for (int i = 0; i < c->layers; i++) {
         float *w1, *w2;
         snprintf(n1, sizeof n1, "depformer.layers.%d.norm1.alpha", i);
@@ -1238,6 +1405,44 @@ static dd_status load_kyutai_tensors(loader *L, dd_error *err) {
     return DD_OK;
 }
 
+/* moshi_mlx's Lm (the layout above kyutai_file): slice p's tables, input projection, head and transformer layers
+ * into position p's weights. Tables, input projections and heads are stacked into owned copies (stack_rows: dense or
+ * MLX-quantized as stored); the layer matrices are used in place, each slice with its own norms. */
+static dd_status load_kyutai_mlx_tensors(loader *L, dd_error *err) {
+    dd_model *m = L->m;
+    const dd_config *c = &m->cfg;
+    const int64_t D = c->dim, V = c->codebook_size, Q = c->levels, H = c->heads, KV = c->kv_heads, HD = c->head_dim,
+                  F = c->ffn_dim, I = c->input_dim, R = (H + 2 * KV) * HD;
+    dd_status s;
+    char n1[256], n2[256];
+    if ((s = load_stack(L, "code tables", "depformer.slices.%d.emb.weight", 1, (int)Q - 1, V + 1, D, &m->embed, err)) ||
+        (s = load_mat(L, "depformer.slices.0.emb.weight", 0, c->text_vocab + 1, D, 1, &m->text_embed, err)) ||
+        (s = load_stack(L, "input projections", "depformer.slices.%d.linear_in.weight", 0, (int)Q, D, I, &m->in_proj,
+                        err)) ||
+        (s = load_stack(L, "heads", "depformer.slices.%d.linear_out.weight", 0, (int)Q, V, D, &m->heads, err)))
+        return s;
+    for (int p = 0; p < Q; p++)
+        for (int i = 0; i < c->layers; i++) {
+            dd_layer *l = &m->layer[p * c->layers + i];
+            dd_weight wi, gi;
+#define NM(buf, fmt) (snprintf(buf, sizeof buf, "depformer.slices.%d.transformer.layers.%d." fmt, p, i), buf)
+            if ((s = load_vec(L, NM(n1, "norm1.weight"), D, 1, &l->norm1_w, err)) ||
+                (s = load_vec(L, NM(n2, "norm2.weight"), D, 1, &l->norm2_w, err)) ||
+                (s = load_mat(L, NM(n1, "self_attn.in_proj.weight"), 0, R, D, 1, &wi, err)) ||
+                (s = load_mat(L, NM(n1, "self_attn.out_proj.weight"), 0, D, H * HD, 1, &l->wo, err)) ||
+                (s = load_mat(L, NM(n1, "gating.linear_in.weight"), 0, 2 * F, D, 1, &gi, err)) ||
+                (s = load_mat(L, NM(n1, "gating.linear_out.weight"), 0, D, F, 1, &l->fc2, err)))
+                return s;
+#undef NM
+            l->wq = dd_weight_rows(&wi, 0, H * HD);
+            l->wk = dd_weight_rows(&wi, H * HD, KV * HD);
+            l->wv = dd_weight_rows(&wi, (H + KV) * HD, KV * HD);
+            l->fc1 = dd_weight_rows(&gi, 0, F);
+            l->up = dd_weight_rows(&gi, F, F);
+        }
+    return DD_OK;
+}
+
 /* Resolve tensors of an opened model (maps + cfg set). Shared with the in-memory synthetic models. */
 dd_status dd_model_load_from_maps(dd_model *m, const char *label, int family, dd_error *err) {
     loader L = {.m = m, .label = label};
@@ -1249,7 +1454,9 @@ dd_status dd_model_load_from_maps(dd_model *m, const char *label, int family, dd
     if (!m->layer) return dd_fail(err, DD_ENOMEM, "%s: out of memory", label);
     dd_status s = family == DD_FAMILY_CSM     ? load_csm_tensors(&L, err)
                   : family == DD_FAMILY_QWEN3 ? load_qwen3_tensors(&L, err)
-                  : family == DD_FAMILY_MOSHI ? (m->kyutai ? load_kyutai_tensors(&L, err) : load_moshi_tensors(&L, err))
+                  : family == DD_FAMILY_MOSHI ? (m->kyutai == 2   ? load_kyutai_mlx_tensors(&L, err)
+                                                 : m->kyutai ? load_kyutai_tensors(&L, err)
+                                                             : load_moshi_tensors(&L, err))
                                               : load_native_tensors(&L, err);
     if (!s) s = check_types(&L, family, err);
     if (!s && m->cfg.has_rope) s = rope_init(&L, err);
@@ -1287,8 +1494,9 @@ dd_status dd_model_load(dd_model **out, const char *path, dd_error *err) {
     snprintf(m->source, sizeof m->source, "%s", path);
     char dir[1100];
     int csm = is_dir(path);
-    if (!csm && is_file(path) && kyutai_file(path)) { /* Kyutai's own checkpoint: only the depformer is read */
-        dd_status s = open_kyutai(m, path, err);
+    int kyutai = !csm && is_file(path) ? kyutai_file(path) : 0;
+    if (kyutai) { /* Kyutai's own checkpoint (moshi or moshi_mlx): only the depformer is read */
+        dd_status s = open_kyutai(m, path, kyutai == 2, err);
         if (!s) s = dd_model_load_from_maps(m, path, DD_FAMILY_MOSHI, err);
         if (s) {
             dd_model_free(m);

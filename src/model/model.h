@@ -76,7 +76,8 @@ struct dd_model {
     int family;         /* where the tensors came from: DD_FAMILY_* of config.h (native, HF CSM, Qwen3) */
     dd_weight embed_last; /* Qwen3 directories: codec_embedding.{Q-2} [V, input_dim] (only the talker's next input
                            * embedding reads it; m->embed then holds the unprojected talker-space tables) */
-    int kyutai;         /* Moshi from Kyutai's own checkpoint (the moshi package's LMModel state dict), else 0 */
+    int kyutai;         /* Moshi from Kyutai's own checkpoint: 1 the moshi package's LMModel state dict (PyTorch),
+                         * 2 the moshi_mlx package's Lm weights (MLX, dense or quantized); else 0 */
     const char *prefix; /* Qwen3: the predictor's tensor-name prefix ("" or "talker.code_predictor.") */
 
     /* llama: RoPE inverse frequencies (HD/2), computed in double at load */

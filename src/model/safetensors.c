@@ -1,6 +1,7 @@
 /* safetensors reader. Layout: u64 little-endian N, N bytes of UTF-8 JSON header, then the data section.
  * The header maps each tensor name to {dtype, shape, data_offsets: [begin, end]} relative to the data section,
- * plus an optional "__metadata__" string->string map. Validation follows the reference Rust crate:
+ * plus an optional "__metadata__" string->string map (null: none; the reference crate reads it as an Option, and
+ * MLX's Module.save_weights writes it so). Validation follows the reference Rust crate:
  * N <= 100 MB and inside the file, a JSON object, known dtypes, integer shapes and offsets, offsets contiguous
  * from 0 with no gaps or overlaps, prod(shape)*size(dtype) == end-begin (overflow-checked), last end == data size;
  * we also reject duplicate keys (jansson's JSON_REJECT_DUPLICATES). Every size is computed in size_t with
@@ -124,6 +125,7 @@ static dd_status st_parse(dd_st_file *f, dd_error *err) {
     json_t *v;
     json_object_foreach(f->header, key, v) {
         if (strcmp(key, "__metadata__") == 0) {
+            if (json_is_null(v)) continue; /* no metadata (MLX's Module.save_weights writes null) */
             if (!json_is_object(v)) return dd_fail(err, DD_EFORMAT, "%s: __metadata__ is not an object", p);
             const char *mk;
             json_t *mv;
