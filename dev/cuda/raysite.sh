@@ -32,6 +32,7 @@ for f in sorted(os.listdir(sys.argv[1])):
                 os.chmod(path, (i.external_attr >> 16) & 0o777)
 PY
 rm -rf "$T/ray/jars" "$T/ray/dashboard/client/build" "$T/ray/rllib"
+mkdir -p "$T/ray/dashboard/client/build/static" # the dashboard starts without its web client only with this folder
 mkdir -p .raysite
 grep -qx '/.raysite/' .git/info/exclude 2>/dev/null || echo '/.raysite/' >>.git/info/exclude
 (cd "$T" && tar cf - .) | xz -T0 -6 >.raysite/raysite.tar.xz

