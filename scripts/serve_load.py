@@ -3,6 +3,10 @@
 (80 ms, with jitter) for its lifetime; streams join during the first quarter of the run and some leave early.
 
     python3 scripts/serve_load.py --model MODEL --url ws://127.0.0.1:8000/stream --streams 32 --seconds 20 [--check]
+                                  [--mux K]
+
+With --mux K the streams share connections, K per connection (as a gateway in front of the decoder would): each
+connection sends one message per period holding its K streams' frames as a list (the server answers a list).
 
 Prints one JSON object: streams, seconds, frames (answered), stream_frames_per_s, latency p50/p99/max (ms, send to
 answer), deadline_misses (answers later than the period), lost (frames sent and never answered: must be 0),
@@ -81,6 +85,49 @@ async def run_stream(url, sid, cfg, start, life, period, jitter, seed, rec, t0, 
             pass
 
 
+async def run_group(url, sids, cfg, start, life, period, jitter, seed, rec):
+    """K streams multiplexed on one WebSocket (a gateway's connection, --mux K): every period one message with the
+    K streams' frames as a JSON list, answered by a list in the same order (the server's list protocol)."""
+    import websockets
+
+    rngs = {sid: np.random.default_rng(1000 + sid) for sid in sids}
+    I, V = cfg["input_dim"], cfg["codebook_size"]
+    await asyncio.sleep(start)
+    k = 0
+    next_t = time.monotonic()
+    end = next_t + life
+    async with websockets.connect(url, max_size=None) as ws:
+        while time.monotonic() < end:
+            reqs, meta = [], []
+            for sid in sids:
+                h = rngs[sid].standard_normal(I).astype("<f4")
+                c0 = None if cfg["has_head0"] else int(rngs[sid].integers(V))
+                reqs.append({"id": [sid, k], "hidden_b64": base64.b64encode(h.tobytes()).decode(), "c0": c0,
+                             "seed": seed + sid, "frame": k})
+                meta.append((h, c0, seed + sid, k))
+            sent = time.monotonic()
+            rec["sent"] += len(reqs)
+            try:
+                await ws.send(json.dumps(reqs))
+                ans = json.loads(await ws.recv())
+            except Exception:
+                return  # the connection dropped: its frames count as lost
+            lat = time.monotonic() - sent
+            if not isinstance(ans, list) or len(ans) != len(reqs):
+                rec["errors"] += len(reqs)
+                rec["lat"].extend([lat] * len(reqs))
+            else:
+                for (h, c0, sd, fi), a, sid in zip(meta, ans, sids):
+                    rec["lat"].append(lat)
+                    if isinstance(a, dict) and "codes" in a and a.get("id") == [sid, k]:
+                        rec["frames"].append((h, c0, sd, fi, a["codes"]))
+                    else:
+                        rec["errors"] += 1
+            k += 1
+            next_t += period + random.uniform(-jitter, jitter)
+            await asyncio.sleep(max(0.0, next_t - time.monotonic()))
+
+
 def summarize(rec, seconds, streams, period):
     lat = np.array(rec["lat"]) * 1e3
     answered = len(rec["lat"])
@@ -124,8 +171,9 @@ def server_backend(url):
     return json.loads(urllib.request.urlopen(info_url, timeout=30).read())["backend"]
 
 
-async def load(url, model_spec, streams, seconds, period, jitter, seed, retries=0, during=None):
-    """Run the streams; `during`, when given, is a coroutine function run alongside them (a fault to inject)."""
+async def load(url, model_spec, streams, seconds, period, jitter, seed, retries=0, during=None, mux=1):
+    """Run the streams; `during`, when given, is a coroutine function run alongside them (a fault to inject).
+    mux > 1: the streams in connections of `mux` streams each (run_group; retries do not apply)."""
     import urllib.request
 
     info_url = url.replace("ws://", "http://").rsplit("/stream", 1)[0] + "/info"
@@ -134,7 +182,13 @@ async def load(url, model_spec, streams, seconds, period, jitter, seed, retries=
     rnd = random.Random(seed)
     t0 = time.monotonic()
     tasks = []
-    for s in range(streams):
+    if mux > 1:  # groups join during the first quarter, a quarter of them leave early
+        for g, s0 in enumerate(range(0, streams, mux)):
+            start = rnd.uniform(0, seconds / 4)
+            life = seconds - start if g % 4 else rnd.uniform(seconds / 4, seconds - start)
+            tasks.append(run_group(url, list(range(s0, min(s0 + mux, streams))), cfg, start, life, period, jitter,
+                                   seed, rec))
+    for s in range(streams if mux <= 1 else 0):
         start = rnd.uniform(0, seconds / 4)
         life = seconds - start if s % 4 else rnd.uniform(seconds / 4, seconds - start)  # a quarter leave early
         tasks.append(run_stream(url, s, cfg, start, life, period, jitter, seed, rec, t0, retries))
@@ -155,10 +209,13 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--check", action="store_true", help="compare every answered frame with a local decode")
     ap.add_argument("--retries", type=int, default=0, help="reopen a dropped stream and resend its frame (per frame)")
+    ap.add_argument("--mux", type=int, default=1,
+                    help="streams per connection: one list message per period for all of them (a gateway; default 1)")
     a = ap.parse_args(argv)
     rec = asyncio.run(load(a.url, a.model, a.streams, a.seconds, a.period_ms / 1e3, a.jitter_ms / 1e3, a.seed,
-                           a.retries))
+                           a.retries, mux=a.mux))
     out = summarize(rec, a.seconds, a.streams, a.period_ms / 1e3)
+    out["mux"] = a.mux
     if a.check:
         out["check_backend"] = server_backend(a.url)
         out["wrong"] = check(a.model, rec["frames"], out["check_backend"])

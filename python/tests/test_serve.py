@@ -136,6 +136,61 @@ def test_streams_with_a_bad_frame(server):
             assert ans["codes"] == d.generate(h[None], seed=100 + sid, frame=k)[0].tolist()
 
 
+def test_frame_lists(server):
+    """A list of frames in one message (POST and WebSocket): answered in order, each frame's codes the library's,
+    a bad frame's error in its own slot only; an empty or over-long list refused."""
+    url, info = server
+    c = info["config"]
+    rng = np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
+    n = 9
+    h = rng.standard_normal((n, c["input_dim"])).astype("<f4")
+    seeds = [int(x) for x in rng.integers(0, 2**63, size=n)]
+    reqs = [{"id": i, "hidden_b64": base64.b64encode(h[i].tobytes()).decode(), "seed": seeds[i], "frame": 40 + i}
+            for i in range(n)]
+    reqs[4] = {**reqs[4], "c0": c["codebook_size"]}  # out of range: this frame alone fails
+    d = depthdec.Decoder(depthdec.Model.synthetic("tiny-gpt", "bf16"), backend="cpu")
+    want = d.generate(h, seed=np.array(seeds, dtype=np.uint64), frame=np.arange(40, 40 + n, dtype=np.uint64))
+
+    def check(ans):
+        assert isinstance(ans, list) and len(ans) == n
+        for i, a in enumerate(ans):
+            assert a["id"] == i
+            if i == 4:
+                assert "c0: want an integer" in a["error"] and "codes" not in a
+            else:
+                assert a["codes"] == want[i].tolist(), i
+
+    st, ans = _post(url, reqs)
+    assert st == 200
+    check(ans)
+
+    async def ws_lists():
+        async with websockets.connect(url.replace("http://", "ws://") + "/stream") as ws:
+            await ws.send(json.dumps(reqs))
+            a = json.loads(await ws.recv())
+            await ws.send(json.dumps([]))
+            empty = json.loads(await ws.recv())
+            return a, empty
+
+    a, empty = asyncio.run(ws_lists())
+    check(a)
+    assert "a list of 0 frames" in empty["error"]
+    st, ans = _post(url, [])
+    assert st == 400 and "a list of 0 frames" in ans["error"]
+
+
+def test_load_mux(server):
+    """scripts/serve_load.py --mux 4: 8 streams on 2 connections of list messages for 4 s: nothing lost or wrong."""
+    url, _ = server
+    sl = _load_module()
+    ws_url = url.replace("http://", "ws://") + "/stream"
+    rec = asyncio.run(sl.load(ws_url, MODEL, 8, 4.0, 0.08, 0.01, 5, mux=4))
+    out = sl.summarize(rec, 4.0, 8, 0.08)
+    out["wrong"] = sl.check(MODEL, rec["frames"])
+    print(json.dumps(out))
+    assert out["lost"] == 0 and out["errors"] == 0 and out["wrong"] == 0 and out["frames"] > 50
+
+
 def test_load_short(server):
     """scripts/serve_load.py, short: 6 streams for 4 s at 80 ms: nothing lost, nothing wrong."""
     url, _ = server

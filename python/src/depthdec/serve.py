@@ -15,6 +15,10 @@ depformer: also ``"text": int``, the frame's text token, required there) ->
   POST /frame        one frame (HTTP 400 with the error for a bad request)
   WS   /stream       a stream's connection for its lifetime: one request message per frame, one answer each
   GET  /info         the model's config, backend, max batch
+A message (or a POST body) may also be a JSON list of up to MAX_FRAMES frames -- e.g. a gateway multiplexing many
+streams on one connection, or a backbone server sending its whole batch -- answered by a list in the same order,
+each entry a frame's answer (codes or error: a bad frame does not fail the others; POST answers 200 with the list).
+One message then costs one trip through Serve's proxy for all its frames.
 
 The server keeps no per-stream state: the caller keeps its seed and frame index, so any replica can serve any frame,
 and a frame's codes depend only on (model, hidden, c0, seed, frame, sampling; Moshi: text) -- never on the batch it
@@ -34,6 +38,7 @@ import numpy as np
 import depthdec
 
 U64 = 2**64
+MAX_FRAMES = 4096  # frames in one list message
 
 
 def load_model(spec):
@@ -155,6 +160,15 @@ def build_app(model_spec, backend="auto", max_batch=64, batch_wait_ms=5.0, repli
             # one decode call for the frames of many streams; the library releases the GIL
             return await asyncio.to_thread(decode_frames, self.dec, frames)
 
+        async def answer_any(self, req):
+            """(body, status) of one frame's message or of a list of frames (answered in order)"""
+            if not isinstance(req, list):
+                return await self.answer(req)
+            if not 1 <= len(req) <= MAX_FRAMES:
+                return {"error": "request: a list of %d frames, want 1 to %d" % (len(req), MAX_FRAMES)}, 400
+            res = await asyncio.gather(*(self.answer(r) for r in req))
+            return [body for body, _ in res], 200
+
         async def answer(self, req):
             rid = req.get("id") if isinstance(req, dict) else None
             try:
@@ -172,7 +186,7 @@ def build_app(model_spec, backend="auto", max_batch=64, batch_wait_ms=5.0, repli
                 req = await request.json()
             except Exception:
                 return JSONResponse({"error": "request: not JSON"}, status_code=400)
-            body, code = await self.answer(req)
+            body, code = await self.answer_any(req)
             return JSONResponse(body, status_code=code)
 
         @api.websocket("/stream")
@@ -187,7 +201,7 @@ def build_app(model_spec, backend="auto", max_batch=64, batch_wait_ms=5.0, repli
                     except Exception:
                         await ws.send_json({"error": "request: not JSON"})
                         continue
-                    body, _ = await self.answer(req)
+                    body, _ = await self.answer_any(req)
                     await ws.send_json(body)
             except WebSocketDisconnect:
                 pass
