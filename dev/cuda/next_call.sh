@@ -5,7 +5,8 @@
 #      latency executor only, n = 3; quick 2 did not finish in 120 s)
 #   2. test_fixtures with cuda (the Kyutai MLX fixtures of issue 17 have not run on cuda yet)
 #   3. Ray Serve on the H200: python/tests/test_serve.py (the killed-replica case included) with the carried Ray, and
-#      CSM dims through the server with --check on the server's backend
+#      CSM dims through the server with --check on the server's backend, per-frame messages and list messages
+#      (serve_load.py --mux: 16-32 streams per connection, past the ~450 frames/s of per-frame messages)
 # Carry .raysite (dev/cuda/raysite.sh; ~56 MB, so no build objects: the library is built there, ~50 s) and the
 # untracked .debs/. Writes $OUT/summary.txt and $OUT/work.tgz (~6 min).   OUT=$OUT bash dev/cuda/next_call.sh
 CALL=next source "$(dirname "$0")/call_env.sh"
@@ -43,10 +44,11 @@ for i in $(seq 120); do
     kill -0 $SP 2>/dev/null || break
     sleep 1
 done
-for n in 16 32; do
-    timeout 60 python3 scripts/serve_load.py --model synthetic:csm:bf16 --streams $n --seconds 10 --check \
-        >"$R/load_csm_$n.json" 2>"$R/load_csm_$n.err"
-    log "csm streams $n rc $? ($(el)): $(head -c 400 "$R/load_csm_$n.json")"
+for nm in "16 1" "32 1" "64 16" "256 32"; do # streams, streams per connection (list messages: --mux)
+    set -- $nm
+    timeout 60 python3 scripts/serve_load.py --model synthetic:csm:bf16 --streams $1 --mux $2 --seconds 10 --check \
+        >"$R/load_csm_$1_$2.json" 2>"$R/load_csm_$1_$2.err"
+    log "csm streams $1 mux $2 rc $? ($(el)): $(head -c 400 "$R/load_csm_$1_$2.json")"
 done
 kill $SP 2>/dev/null
 (cd "$OUT" && tar czf work.tgz work && rm -rf work)
