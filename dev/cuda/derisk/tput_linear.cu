@@ -151,6 +151,8 @@ struct tl_args {
     const uint8_t *wfrag; /* W in the engine's bf16 fragment layout (KT = K / 16 k-tiles a row of tiles) */
     int N, K, T, S;
     int *err;             /* [0]: pipeline timeouts */
+    int pdl;              /* programmatic dependent launch: the first stages' weights are requested before
+                           * griddepcontrol.wait (they do not depend on the previous op), the activations after */
 };
 
 /* grid: (N / 128) (T / 128) S CTAs of TL_THREADS, TL_SMEM bytes; tm_hi, tm_lo: hi and lo (T, K) bf16 row-major,
@@ -171,25 +173,39 @@ __global__ void __launch_bounds__(TL_THREADS, 1)
     }
     __syncthreads(); /* the last block-wide barrier: the roles below never meet again */
 
+    if (a.pdl) asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); /* the next op may start its prologue */
     if (wg == 2) { /* producer warpgroup: one thread issues every copy */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;" ::: "memory");
         if (threadIdx.x != 256) return;
         tl_prefetch_tmap(&tm_hi);
         tl_prefetch_tmap(&tm_lo);
+        const int kb0 = 2 * c0, kb1 = 2 * (c0 + sc);
+        auto weights = [&](int kb, int s) {
+            unsigned char *st = smem + s * TL_STAGE_BYTES;
+            for (int i = 0; i < TL_BM / 16; i++)
+                dr_bulk_g2s(st + 2 * TL_HI_BYTES + i * 2048,
+                            a.wfrag + ((size_t)(mt0 + i) * KT + (size_t)kb * (TL_BK / 16)) * 512, 2048, &full[s]);
+        };
+        int pre = 0; /* stages whose weights are already requested */
+        if (a.pdl) {
+            for (; pre < TL_STAGES && kb0 + pre < kb1; pre++) {
+                dr_mbar_expect_tx(&full[pre], (uint32_t)TL_STAGE_BYTES);
+                weights(kb0 + pre, pre);
+            }
+            asm volatile("griddepcontrol.wait;" ::: "memory"); /* the previous op's outputs are visible from here */
+        }
         int s = 0;
         uint32_t round = 0;
-        for (int kb = 2 * c0; kb < 2 * (c0 + sc); kb++) {
+        for (int kb = kb0; kb < kb1; kb++) {
             if (round > 0 && !dr_mbar_wait(&empty[s], (round - 1) & 1u, deadline)) {
                 atomicAdd(&a.err[0], 1);
                 return;
             }
             unsigned char *st = smem + s * TL_STAGE_BYTES;
-            dr_mbar_expect_tx(&full[s], (uint32_t)TL_STAGE_BYTES);
+            if (kb - kb0 >= pre) dr_mbar_expect_tx(&full[s], (uint32_t)TL_STAGE_BYTES);
             tl_tma_2d(st, &tm_hi, kb * TL_BK, t0, &full[s]);
             tl_tma_2d(st + TL_HI_BYTES, &tm_lo, kb * TL_BK, t0, &full[s]);
-            for (int i = 0; i < TL_BM / 16; i++)
-                dr_bulk_g2s(st + 2 * TL_HI_BYTES + i * 2048,
-                            a.wfrag + ((size_t)(mt0 + i) * KT + (size_t)kb * (TL_BK / 16)) * 512, 2048, &full[s]);
+            if (kb - kb0 >= pre) weights(kb, s);
             if (++s == TL_STAGES) s = 0, round++;
         }
         return;
@@ -511,10 +527,27 @@ int main(int argc, char **argv) {
                 const int S = svals[si], sc = NC / S, np = NC - sc + 1;
                 float *d_part = NULL;
                 if (S > 1) CK(cudaMalloc(&d_part, (size_t)np * outs * 4));
-                tl_args A = {d_y, d_part, d_w, N, K, T, S, d_err};
+                tl_args A = {d_y, d_part, d_w, N, K, T, S, d_err, 0};
                 auto run = [&]() {
                     k_tput<<<tiles * S, TL_THREADS, TL_SMEM>>>(mh, ml, A);
                     if (S > 1) k_reduce<<<4 * nsm, 256>>>(d_y, d_part, np, outs);
+                };
+                /* S = 1 as a sequence of programmatic dependent launches: each launch may start (and request its
+                 * weights) while the previous one finishes; its activations are read after griddepcontrol.wait */
+                tl_args Ap = A;
+                Ap.pdl = 1;
+                auto run_pdl = [&]() {
+                    cudaLaunchConfig_t cfg = {};
+                    cudaLaunchAttribute at[1];
+                    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+                    at[0].val.programmaticStreamSerializationAllowed = 1;
+                    cfg.gridDim = dim3(tiles * S);
+                    cfg.blockDim = dim3(TL_THREADS);
+                    cfg.dynamicSmemBytes = TL_SMEM;
+                    cfg.stream = 0;
+                    cfg.attrs = at;
+                    cfg.numAttrs = 1;
+                    CK(cudaLaunchKernelEx(&cfg, k_tput, mh, ml, Ap));
                 };
                 CK(cudaMemset(d_err, 0, sizeof(int)));
                 CK(cudaMemset(d_y, 0xFF, outs * 4));
@@ -534,20 +567,28 @@ int main(int argc, char **argv) {
                                T, S, i / N, i % N, u, yref[i], v, y[i]);
                     diff++;
                 }
-                double us = 0, us_cold = 0, us_seq = 0;
+                double us = 0, us_cold = 0, us_seq = 0, us_pdl = 0;
+                long pdl_diff = 0;
                 if (!herr) { /* (a timed-out pipeline is not timed: each run would wait for the deadline) */
                     us = dr_time_us(run, 3, REPS);
                     us_cold = dr_time_us(run, 3, REPS, d_flush, FLUSH_BYTES);
                     us_seq = dr_seq_us(run, 20, 11); /* 20 runs back to back, as ops of a sequence */
+                    if (S == 1) {
+                        us_pdl = dr_seq_us(run_pdl, 20, 11);
+                        CK(cudaMemcpy(y.data(), d_y, outs * 4, cudaMemcpyDeviceToHost)); /* the PDL runs' output */
+                        for (size_t i = 0; i < outs; i++) pdl_diff += f2u(yref[i]) != f2u(y[i]);
+                    }
                     CK(cudaMemcpy(&herr, d_err, sizeof(int), cudaMemcpyDeviceToHost));
                 }
-                printf("RESULT tput_linear shape=%s T=%d S=%d us=%.2f us_cold=%.2f us_seq=%.2f TFLOPs=%.1f (4*N*K*T flops) "
-                       "diff=%ld split_us=%.2f ctas=%d partial_MB=%.1f timeouts=%d\n",
-                       sh.name, T, S, us, us_cold, us_seq, us > 0 ? flops / us * 1e-6 : 0.0, diff, split_us, tiles * S,
+                printf("RESULT tput_linear shape=%s T=%d S=%d us=%.2f us_cold=%.2f us_seq=%.2f us_pdl=%.2f pdl_diff=%ld "
+                       "TFLOPs=%.1f (4*N*K*T flops) diff=%ld split_us=%.2f ctas=%d partial_MB=%.1f timeouts=%d\n",
+                       sh.name, T, S, us, us_cold, us_seq, us_pdl, pdl_diff, us > 0 ? flops / us * 1e-6 : 0.0, diff,
+                       split_us, tiles * S,
                        S > 1 ? (double)np * outs * 4 / 1048576.0 : 0.0, herr);
-                if (diff || herr) {
-                    printf("FAIL tput_linear %s T=%d S=%d: %ld outputs differ from the engine, %d pipeline timeouts\n",
-                           sh.name, T, S, diff, herr);
+                if (diff || herr || pdl_diff) {
+                    printf("FAIL tput_linear %s T=%d S=%d: %ld outputs differ from the engine (%ld in the PDL runs), %d "
+                           "pipeline timeouts\n",
+                           sh.name, T, S, diff, pdl_diff, herr);
                     fails++;
                 }
                 nrun++;
