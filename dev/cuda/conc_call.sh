@@ -9,7 +9,8 @@
 #      alternating per point (medians of 20 frames), JSON lines into $OUT/conc_bench.jsonl
 # Carry build-cuda/{cuobj,obj,tobj} and build-conc/{cuobj,obj,tobj} when prebuilt here (make CUDA=1 CUDA_ARCH=sm_90
 # BUILD=build-cuda tests in the tree and in a patched copy, then copy its build-cuda to build-conc), and .debs/.
-# Writes $OUT/summary.txt, $OUT/conc_bench.jsonl and $OUT/work.tgz (~6 min).   OUT=$OUT bash dev/cuda/conc_call.sh
+#   4. dev/cuda/derisk/run.sh tput_linear (its us_pdl column: the linear as programmatic dependent launches)
+# Writes $OUT/summary.txt, $OUT/conc_bench.jsonl and $OUT/work.tgz (~8 min).   OUT=$OUT bash dev/cuda/conc_call.sh
 CALL=conc source "$(dirname "$0")/call_env.sh"
 C=/tmp/conc_tree
 rm -rf "$C" && mkdir -p "$C"
@@ -38,5 +39,9 @@ for m in gpt csm; do
         done
     done
 done
+# issue 14's other question: the wgmma linear as programmatic dependent launches (tput_linear's us_pdl column)
+OUT=$R/derisk timeout 150 bash dev/cuda/derisk/run.sh tput_linear >/dev/null 2>&1
+log "derisk tput_linear rc $? ($(el)):"
+grep -E "^RESULT tput_linear shape=(qkv|out|fc1|fc2) T=256|^SUMMARY|^FAIL" "$R/derisk/derisk.txt" | head -12 | tee -a "$S"
 (cd "$OUT" && tar czf work.tgz work && rm -rf work)
 log "# done $(date -u +%FT%TZ)"
