@@ -42,6 +42,6 @@ done
 # issue 14's other question: the wgmma linear as programmatic dependent launches (tput_linear's us_pdl column)
 OUT=$R/derisk timeout 150 bash dev/cuda/derisk/run.sh tput_linear >/dev/null 2>&1
 log "derisk tput_linear rc $? ($(el)):"
-grep -E "^RESULT tput_linear shape=(qkv|out|fc1|fc2) T=256|^SUMMARY|^FAIL" "$R/derisk/derisk.txt" | head -12 | tee -a "$S"
+grep -E "^RESULT tput_linear(64)? shape=(qkv|out|fc1|fc2) T=256|^SUMMARY|^FAIL" "$R/derisk/derisk.txt" | head -16 | tee -a "$S"
 (cd "$OUT" && tar czf work.tgz work && rm -rf work)
 log "# done $(date -u +%FT%TZ)"

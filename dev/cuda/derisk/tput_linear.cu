@@ -13,7 +13,10 @@
  *
  * Kernels:
  *   k_split   x (T, K) fp32 -> hi, lo (T, K) bf16 row-major (the engine's cu_split_pack), the TMA source.
- *   k_tput    the candidate. CTA tile 128 weight rows x 128 tokens, 384 threads: warpgroups 0 and 1 consume (64 rows
+ *   k_tput<BN> the candidate, BN = 128 (below) or 64 tokens a CTA (m64n64k16, 32 KB stages: twice the CTAs at
+ *             small T, half the activation bytes each; S = 1 only, RESULT tput_linear64). With pdl set: programmatic
+ *             dependent launch (the first stages' weights before griddepcontrol.wait; the us_pdl column).
+ *             CTA tile 128 weight rows x 128 tokens, 384 threads: warpgroups 0 and 1 consume (64 rows
  *             x 128 tokens each, wgmma m64n128k16 with A from registers), warpgroup 2 produces (one thread issues
  *             every copy; setmaxnreg 40 for it, 232 for the consumers). A pipeline stage is one k-block of 64
  *             columns (half a chunk) and holds: hi 128 tokens x 64 k and lo likewise, each one TMA box {64, 128}
@@ -133,7 +136,24 @@ __device__ __forceinline__ void tl_wgmma_rs(float (&d)[64], const uint32_t (&a)[
                  : "memory");
 }
 
-/* 2D TMA load of box {TL_BK, TL_BN} at (k0, t0) into this CTA's shared memory, completion on bar */
+#define TL_A32 TL_A16(0), TL_A16(16)
+/* the same with 64 tokens: d 64 x 64 fp32 (32 registers a thread), B 64 x 16 (m64n64k16) */
+__device__ __forceinline__ void tl_wgmma_rs(float (&d)[32], const uint32_t (&a)[4], u64 db) {
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+                 "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}"
+                 : TL_A32
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db)
+                 : "memory");
+}
+__device__ __forceinline__ void tl_reg_fence(float (&d)[32]) {
+#pragma unroll
+    for (int i = 0; i < 32; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/* 2D TMA load of box {TL_BK, BN} at (k0, t0) into this CTA's shared memory, completion on bar */
 __device__ __forceinline__ void tl_tma_2d(void *dst, const CUtensorMap *tm, int k0, int t0, u64 *bar) {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
                  "[%4];" ::"r"(dr_smem(dst)),
@@ -157,14 +177,17 @@ struct tl_args {
 
 /* grid: (N / 128) (T / 128) S CTAs of TL_THREADS, TL_SMEM bytes; tm_hi, tm_lo: hi and lo (T, K) bf16 row-major,
  * box {64, 128}, 128B swizzle */
+template <int BN>
 __global__ void __launch_bounds__(TL_THREADS, 1)
     k_tput(const __grid_constant__ CUtensorMap tm_hi, const __grid_constant__ CUtensorMap tm_lo, const tl_args a) {
+    constexpr int HI = BN * TL_BK * 2, SB = 2 * HI + TL_A_BYTES, NACC = BN / 2; /* box bytes, stage bytes, acc regs */
+    static_assert(TL_STAGES * SB <= TL_STAGES * SB, "stages fit TL_SMEM");
     extern __shared__ unsigned char smem_raw[];
     unsigned char *smem = smem_raw + ((1024 - (dr_smem(smem_raw) & 1023)) & 1023);
-    u64 *full = (u64 *)(smem + TL_STAGES * TL_STAGE_BYTES), *empty = full + TL_STAGES;
-    const int TT = a.T / TL_BN, KT = a.K / 16, NC = a.K / (16 * CU_CKT), sc = NC / a.S;
+    u64 *full = (u64 *)(smem + TL_STAGES * SB), *empty = full + TL_STAGES;
+    const int TT = a.T / BN, KT = a.K / 16, NC = a.K / (16 * CU_CKT), sc = NC / a.S;
     const int tt = blockIdx.x % TT, z = (blockIdx.x / TT) % a.S, mb = blockIdx.x / (TT * a.S);
-    const int c0 = z * sc, t0 = tt * TL_BN, mt0 = mb * (TL_BM / 16);
+    const int c0 = z * sc, t0 = tt * BN, mt0 = mb * (TL_BM / 16);
     const int wg = threadIdx.x >> 7;
     const u64 deadline = dr_gtimer() + TL_TIMEOUT_NS;
     if (threadIdx.x == 0) {
@@ -181,15 +204,15 @@ __global__ void __launch_bounds__(TL_THREADS, 1)
         tl_prefetch_tmap(&tm_lo);
         const int kb0 = 2 * c0, kb1 = 2 * (c0 + sc);
         auto weights = [&](int kb, int s) {
-            unsigned char *st = smem + s * TL_STAGE_BYTES;
+            unsigned char *st = smem + s * SB;
             for (int i = 0; i < TL_BM / 16; i++)
-                dr_bulk_g2s(st + 2 * TL_HI_BYTES + i * 2048,
+                dr_bulk_g2s(st + 2 * HI + i * 2048,
                             a.wfrag + ((size_t)(mt0 + i) * KT + (size_t)kb * (TL_BK / 16)) * 512, 2048, &full[s]);
         };
         int pre = 0; /* stages whose weights are already requested */
         if (a.pdl) {
             for (; pre < TL_STAGES && kb0 + pre < kb1; pre++) {
-                dr_mbar_expect_tx(&full[pre], (uint32_t)TL_STAGE_BYTES);
+                dr_mbar_expect_tx(&full[pre], (uint32_t)SB);
                 weights(kb0 + pre, pre);
             }
             asm volatile("griddepcontrol.wait;" ::: "memory"); /* the previous op's outputs are visible from here */
@@ -201,10 +224,10 @@ __global__ void __launch_bounds__(TL_THREADS, 1)
                 atomicAdd(&a.err[0], 1);
                 return;
             }
-            unsigned char *st = smem + s * TL_STAGE_BYTES;
-            if (kb - kb0 >= pre) dr_mbar_expect_tx(&full[s], (uint32_t)TL_STAGE_BYTES);
+            unsigned char *st = smem + s * SB;
+            if (kb - kb0 >= pre) dr_mbar_expect_tx(&full[s], (uint32_t)SB);
             tl_tma_2d(st, &tm_hi, kb * TL_BK, t0, &full[s]);
-            tl_tma_2d(st + TL_HI_BYTES, &tm_lo, kb * TL_BK, t0, &full[s]);
+            tl_tma_2d(st + HI, &tm_lo, kb * TL_BK, t0, &full[s]);
             if (kb - kb0 >= pre) weights(kb, s);
             if (++s == TL_STAGES) s = 0, round++;
         }
@@ -214,10 +237,10 @@ __global__ void __launch_bounds__(TL_THREADS, 1)
     /* consumers: warp q of warpgroup wg owns m-tile mt0 + 4 wg + q (rows 16 q.. of the warpgroup's 64) */
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;" ::: "memory");
     const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
-    const int aoff = 2 * TL_HI_BYTES + (wg * 4 + warp) * 2048 + lane * 16;
-    float acc[64], p[64];
+    const int aoff = 2 * HI + (wg * 4 + warp) * 2048 + lane * 16;
+    float acc[NACC], p[NACC];
 #pragma unroll
-    for (int i = 0; i < 64; i++) acc[i] = 0.0f, p[i] = 0.0f;
+    for (int i = 0; i < NACC; i++) acc[i] = 0.0f, p[i] = 0.0f;
     int s = 0;
     uint32_t round = 0;
     /* output (row, token) of accumulator element 4 jb + e */
@@ -232,14 +255,14 @@ __global__ void __launch_bounds__(TL_THREADS, 1)
                 tl_wgmma_wait<0>(); /* (a pipeline bug, reported as a failed run; no MMA left in flight) */
                 return;
             }
-            const unsigned char *st = smem + s * TL_STAGE_BYTES;
+            const unsigned char *st = smem + s * SB;
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 const uint4 v = *(const uint4 *)(st + aoff + j * 512);
                 af[h][j][0] = v.x, af[h][j][1] = v.y, af[h][j][2] = v.z, af[h][j][3] = v.w;
                 tl_reg_fence(af[h][j]);
             }
-            const uint32_t hb = dr_smem(st), lb = dr_smem(st + TL_HI_BYTES);
+            const uint32_t hb = dr_smem(st), lb = dr_smem(st + HI);
             if (h == 0) tl_reg_fence(p); /* p's zeroing stays above the fence */
             tl_wgmma_fence(); /* A registers written and (h = 0) p zeroed since the last wgmma */
 #pragma unroll
@@ -260,22 +283,22 @@ __global__ void __launch_bounds__(TL_THREADS, 1)
         if (lane == 0) dr_mbar_arrive(&empty[used[1]]);
         if (z == 0) {
 #pragma unroll
-            for (int i = 0; i < 64; i++) acc[i] = acc[i] + p[i]; /* chunk order: acc = acc + p_c */
+            for (int i = 0; i < NACC; i++) acc[i] = acc[i] + p[i]; /* chunk order: acc = acc + p_c */
         } else { /* a later slab: the chunk partial itself, added in order by k_reduce */
             float *dst = a.part + (size_t)(c - sc + 1) * a.T * a.N;
 #pragma unroll
-            for (int jb = 0; jb < 16; jb++)
+            for (int jb = 0; jb < BN / 8; jb++)
 #pragma unroll
                 for (int e = 0; e < 4; e++)
                     dst[(size_t)(t0 + 8 * jb + 2 * cq + (e & 1)) * a.N + row0 + 8 * (e >> 1)] = p[4 * jb + e];
         }
 #pragma unroll
-        for (int i = 0; i < 64; i++) p[i] = 0.0f; /* the next chunk's partial starts from +0 */
+        for (int i = 0; i < NACC; i++) p[i] = 0.0f; /* the next chunk's partial starts from +0 */
     }
     if (z == 0) {
         float *dst = a.S == 1 ? a.y : a.part;
 #pragma unroll
-        for (int jb = 0; jb < 16; jb++)
+        for (int jb = 0; jb < BN / 8; jb++)
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 dst[(size_t)(t0 + 8 * jb + 2 * cq + (e & 1)) * a.N + row0 + 8 * (e >> 1)] = acc[4 * jb + e];
@@ -335,11 +358,11 @@ static tl_encode_fn tl_encode(void) {
     fn = (tl_encode_fn)f;
     return fn;
 }
-/* tensor map of a (T, K) bf16 row-major matrix: box {64 k, 128 tokens}, 128-byte swizzle */
-static CUtensorMap tl_map(const uint16_t *base, int T, int K) {
+/* tensor map of a (T, K) bf16 row-major matrix: box {64 k, bn tokens}, 128-byte swizzle */
+static CUtensorMap tl_map(const uint16_t *base, int T, int K, int bn = TL_BN) {
     CUtensorMap m;
     const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)T}, strides[1] = {(cuuint64_t)K * 2};
-    const cuuint32_t box[2] = {TL_BK, TL_BN}, es[2] = {1, 1};
+    const cuuint32_t box[2] = {TL_BK, (cuuint32_t)bn}, es[2] = {1, 1};
     const CUresult r = tl_encode()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dims, strides, box, es,
                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -421,7 +444,8 @@ int main(int argc, char **argv) {
     const int nsm = dr_banner("tput_linear", &mhz);
     const char *only_shape = argc > 1 ? argv[1] : NULL;
     const int only_t = argc > 2 ? atoi(argv[2]) : 0;
-    CK(cudaFuncSetAttribute(k_tput, cudaFuncAttributeMaxDynamicSharedMemorySize, TL_SMEM));
+    CK(cudaFuncSetAttribute(k_tput<TL_BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, TL_SMEM));
+    CK(cudaFuncSetAttribute(k_tput<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, TL_SMEM));
     CK(cudaFuncSetAttribute(k_ref_gemm, cudaFuncAttributeMaxDynamicSharedMemorySize, REF_SMEM));
     int *d_err;
     void *d_flush;
@@ -529,7 +553,7 @@ int main(int argc, char **argv) {
                 if (S > 1) CK(cudaMalloc(&d_part, (size_t)np * outs * 4));
                 tl_args A = {d_y, d_part, d_w, N, K, T, S, d_err, 0};
                 auto run = [&]() {
-                    k_tput<<<tiles * S, TL_THREADS, TL_SMEM>>>(mh, ml, A);
+                    k_tput<TL_BN><<<tiles * S, TL_THREADS, TL_SMEM>>>(mh, ml, A);
                     if (S > 1) k_reduce<<<4 * nsm, 256>>>(d_y, d_part, np, outs);
                 };
                 /* S = 1 as a sequence of programmatic dependent launches: each launch may start (and request its
@@ -547,7 +571,7 @@ int main(int argc, char **argv) {
                     cfg.stream = 0;
                     cfg.attrs = at;
                     cfg.numAttrs = 1;
-                    CK(cudaLaunchKernelEx(&cfg, k_tput, mh, ml, Ap));
+                    CK(cudaLaunchKernelEx(&cfg, k_tput<TL_BN>, mh, ml, Ap));
                 };
                 CK(cudaMemset(d_err, 0, sizeof(int)));
                 CK(cudaMemset(d_y, 0xFF, outs * 4));
@@ -594,6 +618,35 @@ int main(int argc, char **argv) {
                 nrun++;
                 fflush(stdout);
                 if (d_part) CK(cudaFree(d_part));
+            }
+            { /* 64-token tiles (m64n64k16), S = 1: twice the CTAs of the 128-token tile, half the activation bytes
+               * each (at T = 256 the 128x128 tile leaves 84 of 132 SMs idle for qkv) */
+                const CUtensorMap mh64 = tl_map(d_hi, T, K, 64), ml64 = tl_map(d_lo, T, K, 64);
+                const int tiles64 = (N / TL_BM) * (T / 64);
+                tl_args A64 = {d_y, NULL, d_w, N, K, T, 1, d_err, 0};
+                auto run64 = [&]() { k_tput<64><<<tiles64, TL_THREADS, TL_SMEM>>>(mh64, ml64, A64); };
+                CK(cudaMemset(d_err, 0, sizeof(int)));
+                CK(cudaMemset(d_y, 0xFF, outs * 4));
+                run64();
+                CK_LAUNCH();
+                CK(cudaDeviceSynchronize());
+                CK(cudaMemcpy(y.data(), d_y, outs * 4, cudaMemcpyDeviceToHost));
+                int herr = 0;
+                CK(cudaMemcpy(&herr, d_err, sizeof(int), cudaMemcpyDeviceToHost));
+                long diff = 0;
+                for (size_t i = 0; i < outs; i++) diff += f2u(yref[i]) != f2u(y[i]);
+                double us = 0, us_seq = 0;
+                if (!herr) us = dr_time_us(run64, 3, REPS), us_seq = dr_seq_us(run64, 20, 11);
+                printf("RESULT tput_linear64 shape=%s T=%d S=1 us=%.2f us_seq=%.2f TFLOPs=%.1f diff=%ld ctas=%d "
+                       "timeouts=%d\n",
+                       sh.name, T, us, us_seq, us > 0 ? flops / us * 1e-6 : 0.0, diff, tiles64, herr);
+                if (diff || herr) {
+                    printf("FAIL tput_linear64 %s T=%d: %ld outputs differ from the engine, %d pipeline timeouts\n",
+                           sh.name, T, diff, herr);
+                    fails++;
+                }
+                nrun++;
+                fflush(stdout);
             }
         }
         CK(cudaFree(d_w));
