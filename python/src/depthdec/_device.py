@@ -136,7 +136,21 @@ class _Torch:
         return _TorchStream(self.t, dev, stream)
 
 
-class _TorchStream:
+class _CallStream:
+    """A call's stream: entering it enters self._ctx (the device, then the stream) in order, leaving leaves them in
+    reverse; .handle is the cudaStream_t and .dlpack the value __dlpack__(stream=) takes."""
+
+    def __enter__(self):
+        for c in self._ctx:
+            c.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        for c in reversed(self._ctx):
+            c.__exit__(*exc)
+
+
+class _TorchStream(_CallStream):
     """The stream the call runs on (the caller's `stream`, else torch's current stream of the device), made current
     for the torch ops of the call; .handle is the cudaStream_t, .dlpack the value __dlpack__(stream=) takes.
 
@@ -167,15 +181,6 @@ class _TorchStream:
         self._ctx = (torch.cuda.device(device), torch.cuda.stream(s))
         self.handle = s.cuda_stream
         self.dlpack = self.handle if self.handle else 1  # DLPack: 1 = the legacy default stream (0 is not allowed)
-
-    def __enter__(self):
-        for c in self._ctx:
-            c.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        for c in reversed(self._ctx):
-            c.__exit__(*exc)
 
     def keep(self, *xs):
         """the caller's tensors xs (None and non-tensors skipped) stay allocated until `stream` has read them"""
@@ -256,7 +261,7 @@ class _StreamHandle:
         return (0, self.ptr)
 
 
-class _CuPyStream:
+class _CuPyStream(_CallStream):
     """The stream the call runs on: the caller's `stream` (a cupy.cuda.Stream or ExternalStream, or a cudaStream_t as
     an int), else CuPy's current stream of the device; the device and the stream are made current for the CuPy ops of
     the call. As for torch, a `stream` other than the current one first waits for the current one (an event), so
@@ -288,15 +293,6 @@ class _CuPyStream:
         self._ctx = (cupy.cuda.Device(dev), s)
         self.handle = s.ptr
         self.dlpack = self.handle if self.handle else 1  # DLPack: 1 = the legacy default stream (0 is not allowed)
-
-    def __enter__(self):
-        for c in self._ctx:
-            c.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        for c in reversed(self._ctx):
-            c.__exit__(*exc)
 
     def keep(self, *xs):
         pass
