@@ -27,6 +27,16 @@ import time
 import numpy as np
 
 
+def frame_request(rng, cfg, sid, k, seed):
+    """Stream sid's frame k: its request (hidden from the stream's generator; c0 drawn when the model has no head0)
+    and (hidden, c0, seed, frame) as --check replays it."""
+    h = rng.standard_normal(cfg["input_dim"]).astype("<f4")
+    c0 = None if cfg["has_head0"] else int(rng.integers(cfg["codebook_size"]))
+    req = {"id": [sid, k], "hidden_b64": base64.b64encode(h.tobytes()).decode(), "c0": c0, "seed": seed + sid,
+           "frame": k}
+    return req, (h, c0, seed + sid, k)
+
+
 async def run_stream(url, sid, cfg, start, life, period, jitter, seed, rec, t0, retries=0):
     """One stream: a frame every period on one WebSocket. With retries > 0 a dropped connection (a replica gone) is
     reopened and the unanswered frame sent again, up to `retries` times per frame (rec["retried"] counts them);
@@ -34,7 +44,6 @@ async def run_stream(url, sid, cfg, start, life, period, jitter, seed, rec, t0, 
     import websockets
 
     rng = np.random.default_rng(1000 + sid)
-    I, V = cfg["input_dim"], cfg["codebook_size"]
     await asyncio.sleep(start)
     k = 0
     next_t = time.monotonic()
@@ -42,10 +51,7 @@ async def run_stream(url, sid, cfg, start, life, period, jitter, seed, rec, t0, 
     ws = await websockets.connect(url, max_size=None)
     try:
         while time.monotonic() < end:
-            h = rng.standard_normal(I).astype("<f4")
-            c0 = None if cfg["has_head0"] else int(rng.integers(V))
-            req = {"id": [sid, k], "hidden_b64": base64.b64encode(h.tobytes()).decode(), "c0": c0,
-                   "seed": seed + sid, "frame": k}
+            req, (h, c0, _, _) = frame_request(rng, cfg, sid, k, seed)
             sent = time.monotonic()
             rec["sent"] += 1
             ans = None
@@ -91,20 +97,13 @@ async def run_group(url, sids, cfg, start, life, period, jitter, seed, rec):
     import websockets
 
     rngs = {sid: np.random.default_rng(1000 + sid) for sid in sids}
-    I, V = cfg["input_dim"], cfg["codebook_size"]
     await asyncio.sleep(start)
     k = 0
     next_t = time.monotonic()
     end = next_t + life
     async with websockets.connect(url, max_size=None) as ws:
         while time.monotonic() < end:
-            reqs, meta = [], []
-            for sid in sids:
-                h = rngs[sid].standard_normal(I).astype("<f4")
-                c0 = None if cfg["has_head0"] else int(rngs[sid].integers(V))
-                reqs.append({"id": [sid, k], "hidden_b64": base64.b64encode(h.tobytes()).decode(), "c0": c0,
-                             "seed": seed + sid, "frame": k})
-                meta.append((h, c0, seed + sid, k))
+            reqs, meta = zip(*(frame_request(rngs[sid], cfg, sid, k, seed) for sid in sids))
             sent = time.monotonic()
             rec["sent"] += len(reqs)
             try:
@@ -163,21 +162,18 @@ def check(model_spec, frames, backend="cpu"):
     return int(np.sum(np.any(want != got, axis=1)))
 
 
-def server_backend(url):
-    """The backend the server decodes with (its /info)."""
+def server_info(url):
+    """The server's GET /info (config, backend, max batch), from its WebSocket url."""
     import urllib.request
 
     info_url = url.replace("ws://", "http://").rsplit("/stream", 1)[0] + "/info"
-    return json.loads(urllib.request.urlopen(info_url, timeout=30).read())["backend"]
+    return json.loads(urllib.request.urlopen(info_url, timeout=30).read())
 
 
 async def load(url, model_spec, streams, seconds, period, jitter, seed, retries=0, during=None, mux=1):
     """Run the streams; `during`, when given, is a coroutine function run alongside them (a fault to inject).
     mux > 1: the streams in connections of `mux` streams each (run_group; retries do not apply)."""
-    import urllib.request
-
-    info_url = url.replace("ws://", "http://").rsplit("/stream", 1)[0] + "/info"
-    cfg = json.loads(urllib.request.urlopen(info_url, timeout=30).read())["config"]
+    cfg = server_info(url)["config"]
     rec = {"sent": 0, "lat": [], "frames": [], "errors": 0, "retried": 0}
     rnd = random.Random(seed)
     t0 = time.monotonic()
@@ -217,7 +213,7 @@ def main(argv=None):
     out = summarize(rec, a.seconds, a.streams, a.period_ms / 1e3)
     out["mux"] = a.mux
     if a.check:
-        out["check_backend"] = server_backend(a.url)
+        out["check_backend"] = server_info(a.url)["backend"]
         out["wrong"] = check(a.model, rec["frames"], out["check_backend"])
     print(json.dumps(out))
     return 0 if out["lost"] == 0 and out.get("wrong", 0) == 0 else 1  # wrong None (not checkable here): not a failure
