@@ -13,7 +13,6 @@ saying why, without torch, without a CUDA device or when the package was built w
 - giving torch tensors does not import cupy (a fresh interpreter checks sys.modules). CuPy: test_cupy_interop.py.
 """
 
-import os
 import subprocess
 import sys
 
@@ -34,13 +33,6 @@ elif not torch.cuda.is_available():
     pytestmark = pytest.mark.skip(reason="no CUDA device (torch.cuda.is_available() is False)")
 elif not depthdec.backend_available("cuda"):
     pytestmark = pytest.mark.skip(reason="depthdec was built without the cuda backend (install with DEPTHDEC_CUDA=1)")
-
-
-@pytest.fixture
-def rng():
-    seed = int(os.environ.get("DEPTHDEC_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
-    print("random inputs: DEPTHDEC_TEST_SEED=%d" % seed)
-    return np.random.default_rng(seed)
 
 
 @pytest.fixture(scope="module", params=["tiny-gpt", "tiny-llama"])

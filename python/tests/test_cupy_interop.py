@@ -15,7 +15,6 @@ without a CUDA device, or when the package was built without the cuda backend (D
 - giving CuPy arrays does not import torch (a fresh interpreter checks sys.modules).
 """
 
-import os
 import subprocess
 import sys
 
@@ -44,13 +43,6 @@ elif _devices() == 0:
     pytestmark = pytest.mark.skip(reason="no CUDA device (cupy.cuda.runtime.getDeviceCount() is 0 or failed)")
 elif not depthdec.backend_available("cuda"):
     pytestmark = pytest.mark.skip(reason="depthdec was built without the cuda backend (install with DEPTHDEC_CUDA=1)")
-
-
-@pytest.fixture
-def rng():
-    seed = int(os.environ.get("DEPTHDEC_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
-    print("random inputs: DEPTHDEC_TEST_SEED=%d" % seed)
-    return np.random.default_rng(seed)
 
 
 @pytest.fixture(scope="module", params=["tiny-gpt", "tiny-llama"])

@@ -50,13 +50,6 @@ def models():
     return {n: depthdec.Model(model_path(n)) for n in NAMES}
 
 
-@pytest.fixture
-def rng():
-    seed = int(os.environ.get("DEPTHDEC_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
-    print("random inputs: DEPTHDEC_TEST_SEED=%d" % seed)
-    return np.random.default_rng(seed)
-
-
 def rand_hidden(rng, n, model):
     return rng.standard_normal((n, model.config["input_dim"])).astype(np.float32)
 

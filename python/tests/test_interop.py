@@ -10,7 +10,6 @@ Tests that need torch are skipped with a reason when it is not installed.
 """
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -30,13 +29,6 @@ try:
 except ImportError:  # the numpy-only tests still run
     torch = None
 needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed (CI installs it: .ci/run)")
-
-
-@pytest.fixture
-def rng():
-    seed = int(os.environ.get("DEPTHDEC_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
-    print("random inputs: DEPTHDEC_TEST_SEED=%d" % seed)
-    return np.random.default_rng(seed)
 
 
 @pytest.fixture(scope="module")
