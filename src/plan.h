@@ -2,12 +2,16 @@
  *
  * dd_plan_build turns (model, kind) into the ops of a frame for any batch: every op is stated per stream, and a
  * backend executes it for the b streams of a call (rows of a buffer are stream-major: row s*span + t). The CPU
- * backend executes the plan as it is (cpu/cpu.c, run_plan). The CUDA backend translates it into the op program of
- * its frame kernel (cuda/backend.cu, build): a SAMPLE or CODE_C0 becomes the code source of the op that gathers
- * that level's embedding, the prelude's in(h) op goes first, barriers go where an op touches rows an earlier op
- * since the last barrier wrote (or writes rows it read), and CSM's in_proj is applied to the table once at load
- * (DD_IN_PROJ_PER_PASS below). The reference backend (ref.c) does not use the plan: it is the independent oracle,
- * written from SPEC.
+ * backend executes the plan as it is (cpu/cpu.c, run_plan). The CUDA backend translates it twice, with the same
+ * rules where they meet (a SAMPLE or CODE_C0 becomes the code source of the op that gathers that level's
+ * embedding, the prelude's in(h) op goes first, a LINEAR's matrix is looked up by its tag (cu_plan_mat), CSM's
+ * in_proj is applied to the table once at load: DD_IN_PROJ_PER_PASS below):
+ *   - into the op program of its frame kernel (cuda/backend.cu, build), every pass written out, with barriers
+ *     where an op touches rows an earlier op since the last barrier wrote (or writes rows it read);
+ *   - into the op list of its latency executor (cuda/lat.cu, lt_translate): the prelude and one pass, pass 1 (per-
+ *     position models: pass 2), as a template that runs at every level, each write of a buffer in a pass bound to
+ *     words of its own (a dataflow executor writes each word once a pass).
+ * The reference backend (ref.c) does not use the plan: it is the independent oracle, written from SPEC.
  *
  * A frame, per kind (P = 2 new positions in pass 1, else 1; p0 = 0 in pass 1, else l):
  *   prelude     [DECODE, SCORE_L0] LINEAR head0: HIDDEN -> LOGITS0

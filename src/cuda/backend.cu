@@ -4,7 +4,8 @@
  * matrix, llama gate/up into one interleaved pair; CSM's code table, which lives in the backbone's input space,
  * is pushed through in_proj once on the device (in(table), float32, the same kernel and hence the same numbers
  * as doing it per pass); four programs are built, each the translation of the frame plan (plan.h) of its kind:
- * decode with c0 given, decode sampling c0 from head0, score, score with logits0. A call uploads one packed input
+ * decode with c0 given, decode sampling c0 from head0, score, score with logits0 (the latency executor, lat.cu,
+ * translates the same plans into its own op lists). A call uploads one packed input
  * block (hidden, seeds, frames, c0), launches the frame kernel once (frame.cu) or the latency executor (lat.cu) and
  * reads back one packed block (error words + codes): no other host traffic. The device API (devapi.cu) stages
  * the caller's device arrays into the same block with a kernel instead and runs the same launch on the caller's
@@ -171,23 +172,28 @@ static void hazard(tr *t, const dd_plan_rows *r, int nr, const dd_plan_rows *w, 
     for (int j = 0; j < nw; j++) t->wr[t->nwr++] = w[j];
 }
 
+void cu_plan_mat(const cu_state *st, int mat, int e, const cu_mat **w, const float **bias, const float **nw,
+                 const float **nb) {
+    *bias = *nw = *nb = NULL;
+    switch (mat) {
+    case DD_MAT_HEAD0: *w = &st->head0; break;
+    case DD_MAT_IN_PROJ: /* per-position models: slice e, no bias */
+        *w = st->inps ? &st->inps[e] : &st->in_proj;
+        *bias = st->inps ? NULL : st->in_bias;
+        break;
+    case DD_MAT_QKV: *w = &st->qkv[e], *bias = st->bqkv[e], *nw = st->n1w[e], *nb = st->n1b[e]; break;
+    case DD_MAT_OUT: *w = &st->wo[e], *bias = st->bo[e]; break;
+    case DD_MAT_FC1: *w = &st->fc1[e], *bias = st->b1[e], *nw = st->n2w[e], *nb = st->n2b[e]; break;
+    case DD_MAT_FC2: *w = &st->fc2[e], *bias = st->b2[e]; break;
+    default: *w = &st->heads[e], *nw = st->norm_w, *nb = st->norm_b; break; /* DD_MAT_HEAD: the final norm's */
+    }
+}
+
 static void tr_linear(tr *t, const dd_plan_linear *pl) {
     cu_state *st = t->st;
-    const int e = pl->entry;
     const cu_mat *w;
-    const float *bias = NULL, *nw = NULL, *nb = NULL;
-    switch (pl->mat) {
-    case DD_MAT_HEAD0: w = &st->head0; break;
-    case DD_MAT_IN_PROJ: /* per-position models: slice e, no bias */
-        w = st->inps ? &st->inps[e] : &st->in_proj;
-        bias = st->inps ? NULL : st->in_bias;
-        break;
-    case DD_MAT_QKV: w = &st->qkv[e], bias = st->bqkv[e], nw = st->n1w[e], nb = st->n1b[e]; break;
-    case DD_MAT_OUT: w = &st->wo[e], bias = st->bo[e]; break;
-    case DD_MAT_FC1: w = &st->fc1[e], bias = st->b1[e], nw = st->n2w[e], nb = st->n2b[e]; break;
-    case DD_MAT_FC2: w = &st->fc2[e], bias = st->b2[e]; break;
-    default: w = &st->heads[e], nw = st->norm_w, nb = st->norm_b; break; /* DD_MAT_HEAD: the final norm's */
-    }
+    const float *bias, *nw, *nb;
+    cu_plan_mat(st, pl->mat, pl->entry, &w, &bias, &nw, &nb);
     if (pl->norm == DD_NORM_NONE) nw = nb = NULL;
     int ldx, ldy;
     const float *x = rows_at(t, pl->x, &ldx);

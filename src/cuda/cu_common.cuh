@@ -236,6 +236,8 @@ typedef struct cu_rows {
 } cu_rows;
 dd_status cu_mat_upload(cu_mat *out, const cu_rows *src, int nsrc, int pair, void ***allocs, int *nallocs,
                         dd_error *err);
+/* the descriptor cu_mat_upload fills, without frag and sb (no upload; dev/cuda/ltplan_check uses it) */
+dd_status cu_mat_layout(cu_mat *out, const cu_rows *src, int nsrc, int pair, dd_error *err);
 dd_status cu_raw_upload(cu_raw *out, const dd_weight *w, int64_t r0, int64_t nrows, void ***allocs, int *nallocs,
                         dd_error *err);
 /* cudaMalloc + copy of n floats (NULL src -> NULL) */

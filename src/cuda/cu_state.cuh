@@ -44,6 +44,12 @@ typedef struct cu_state {
     const dd_model *m;
 } cu_state;
 
+/* backend.cu: the device matrix that a frame plan's LINEAR names (dd_plan_linear.mat, .entry: plan.h) and that
+ * matrix's device bias and norm vectors (a head's: the final norm's; NULL where the model has none). Both
+ * translations of the plan use it: the frame programs (backend.cu, build) and the latency executor's op list
+ * (lat.cu, lt_translate). */
+void cu_plan_mat(const cu_state *st, int mat, int entry, const cu_mat **w, const float **bias, const float **nw,
+                 const float **nb);
 /* backend.cu: enqueue one frame of program `variant` for n streams whose inputs are in st->d_in, on `stream`. */
 dd_status cu_launch_frame(cu_state *st, int variant, int n, float temp, int topk, cudaStream_t stream, dd_error *err);
 /* backend.cu: 1 when a frame of n streams would run on the latency executor with every plan it needs not yet built

@@ -17,10 +17,10 @@
  *     weights that fit in L2 (so q4/q8 layers stay resident over the 31 passes) and evict_first for the rest; the
  *     16 compute warps find a step's weights already on chip when its inputs arrive.
  *   - Sampling without a hop: the SM that samples a stream also gathers the next input row and publishes it.
- *   - One op list for every pass: the host plans a prelude and one pass (steps, pieces); pass l reads its
- *     per-pass matrices (the heads; with per-position weights, Moshi, every linear) from slice l - l0 and its
- *     epoch is ebase + l. Usual models: prelude at l0 = 1 (head0, in(h), emb0(c0)), passes 1 .. Q-1 (pass 1 with
- *     two positions). Moshi: prelude at l0 = 0 (text_embed[t]), passes 0 .. Q-1 of one position, each starting
+ *   - One op list for every pass: the host translates the frame plan (plan.h) into a prelude and one pass
+ *     template (lt_translate), then plans their steps and pieces; pass l reads its per-pass matrices (the heads;
+ *     with per-position weights, Moshi, every linear) from slice l - l0 and its epoch is ebase + l. Usual models:
+ *     prelude at l0 = 1 (head0, in(h), emb0(c0)), passes 1 .. Q-1 (pass 1 with two positions). Moshi: prelude at l0 = 0 (text_embed[t]), passes 0 .. Q-1 of one position, each starting
  *     with in_proj[l] . h added to the row the previous pass's sampler gathered (docs/semantics.md).
  * Numerics are those of the frame kernel, bit for bit (the same device functions: norm statistics and
  * normalisation, the bf16 split, the mma.sync term order, chunk partials summed in chunk order, the epilogue, the
@@ -30,6 +30,10 @@
 #include "cu_linear.cuh"
 #include "cu_sample.cuh"
 #include "cu_state.cuh"
+
+extern "C" {
+#include "plan.h"
+}
 
 #include <algorithm>
 #include <math.h>
@@ -1189,10 +1193,6 @@ struct builder {
         }
     }
 
-    int add_op(const lt_op &o) {
-        ops.push_back(o);
-        return (int)ops.size() - 1;
-    }
 };
 
 lt_op lin_op(const cu_mat &w, const float *bias, int norm, const float *nw, const float *nb, float eps, int act,
@@ -1230,25 +1230,377 @@ static const cu_mat *lt_slices(const lt_exec *x, int k, int li) {
     return x->d_pp + (size_t)(k < 0 ? 0 : 1 + 4 * li + k) * x->m->cfg.levels;
 }
 
-/* Build the plan of (variant, n), with attention and samplers on SMs of their own (role) or not;
- * x->plan[variant][n].ok says whether it fits the executor's limits. */
-static dd_status build_plan_role(lt_exec *x, int variant, int n, int role, dd_error *err) {
+/* ---- host: the op list, translated from the frame plan -------------------------------------------------------- */
+
+/* The op list of a frame is the frame plan of its kind (plan.h), translated (lt_translate) into a prelude and the
+ * one pass template that runs at every level:
+ *   - the prelude is the plan's prelude with its in(h) first (the op that fills position 0 of pass 1 from h), so
+ *     that head0 overlaps it; per-position models (Moshi) have none in the plan: theirs is the gather of the text
+ *     token's row that the plan's first pass starts with;
+ *   - the template is the plan's pass 1 (two positions: a layer op's tokens are n P at run time, the head reads
+ *     row s P + P - 1); per-position models: pass 2 (position 1, the first whose input row the previous pass's
+ *     sampler gathers and whose head runs in every kind: the template runs position 0's head in every kind too,
+ *     writing level 0 of st->logits in a score). The later passes are the template with their pass index l
+ *     (epochs, slices, positions, the level read and written, no gather after the last level: all at run time);
+ *     lt_translate checks that each of them translates to the template's very bytes;
+ *   - buffers (lt_rows): an LL word is written once per pass, so each write of a plan buffer in a pass gets words
+ *     of its own: X's versions are x0, the pass input (Moshi: xg, the gathered row, then x0 = xg + in_proj[l] . h),
+ *     then xa[i] and xb[i] after layer i's two residual linears (a residual linear reads the current version as its
+ *     residual and writes the next); every other write of X (in(h), the gathers) is to the pass input; the i-th
+ *     write of QKV, ATT, FF goes to qkv[i], att[i], ff[i], and a read takes the latest; LOGITS0 / LOGITS are lg0 /
+ *     lg where an op reads them (a SAMPLE; the template's sampler in every kind), and the caller's logits (outf,
+ *     level l of the template at column block l - l0) in a score; HIDDEN is read as plain floats;
+ *   - an op that touches one row per stream (from the hidden states, to the logits) has tok_n; one that reads one
+ *     row per stream of X (the head) reads the last position (in_last); rows first..first+n-1 of span written as
+ *     row t out_mul + out_off;
+ *   - a LINEAR applies the device matrix it names (cu_plan_mat, as the frame programs); a matrix that changes from
+ *     pass to pass (the heads; Moshi: every linear) is named by its first pass's slice (w) and its slices (wl:
+ *     d_heads, lt_slices), pass l taking slice l - l0; fc2 forwards its K split's partial sums (fwd, per layer);
+ *   - a level's code (the plan's SAMPLE, its CODE_C0, or in a score the caller's) and the GATHER of that level's
+ *     row are one sampler op (as in the frame programs); the template's is its last op; Moshi's c0 given is its
+ *     code0; CSM (DD_IN_PROJ_PER_PASS): st->table is in(table) (backend.cu), so gathers into XIN are gathers into
+ *     X, the GATHER of h into XIN is in_proj applied to h, and the LINEAR from XIN is dropped.
+ * What does not fit this (ADD_POS, a per-position model with q/k norms, any other plan shape) leaves the frame to
+ * the frame kernel (lt_plan.ok 1). */
+
+namespace {
+
+enum { LT_RD = 0, LT_WR = 1, LT_WR_IN = 2 }; /* lt_rows: read, write (X: the next version), write the pass input */
+
+struct lt_tr {
+    lt_exec *x;
+    const dd_plan *fp;
+    std::vector<lt_op> *ops;
+    std::vector<u64 *> xv; /* X's versions in a pass: (Moshi: xg), x0, xa[0], xb[0], xa[1], ... */
+    int xcur;              /* the current one */
+    int nwr[DD_BUF_N];     /* writes of QKV, ATT, FF in the pass so far */
+    int given0;            /* a CODE_C0 was met: level 0's code is c0 */
+    int smp0;              /* a SAMPLE reads LOGITS0 */
+    int fail;
+};
+
+/* The LL words of a plan buffer as an op reads (LT_RD) or writes it, and their row stride in words (*ld); the
+ * bindings of the comment above. NULL (and fail) for a buffer not bound so. */
+u64 *lt_rows(lt_tr *t, int buf, int mode, int *ld) {
+    lt_exec *x = t->x;
+    const int L = x->m->cfg.layers;
+    switch (buf) {
+    case DD_BUF_X:
+    case DD_BUF_XIN: /* CSM: in(table) rows into X rows */
+        *ld = x->ldx;
+        if (mode == LT_WR) {
+            if (t->xcur + 1 >= (int)t->xv.size()) break;
+            return t->xv[++t->xcur];
+        }
+        return t->xv[mode == LT_WR_IN ? 0 : t->xcur];
+    case DD_BUF_QKV:
+    case DD_BUF_ATT:
+    case DD_BUF_FF: {
+        u64 **a = buf == DD_BUF_QKV ? x->qkv : buf == DD_BUF_ATT ? x->att : x->ff;
+        *ld = buf == DD_BUF_QKV ? x->ldq : buf == DD_BUF_ATT ? x->lda_ : x->ldf;
+        const int i = t->nwr[buf] + (mode != LT_RD) - 1;
+        if (i < 0 || i >= L) break;
+        t->nwr[buf] = i + 1;
+        return a[i];
+    }
+    case DD_BUF_LOGITS0: *ld = x->ldv; return x->lg0;
+    case DD_BUF_LOGITS: *ld = x->ldv; return x->lg;
+    default: break;
+    }
+    t->fail = 1;
+    return NULL;
+}
+
+/* out_mul / out_off of written rows r */
+void lt_out_rows(lt_op &o, dd_plan_rows r) {
+    o.out_mul = r.n == r.span ? 1 : r.span;
+    o.out_off = r.n == r.span ? 0 : r.first;
+}
+
+void lt_linear(lt_tr *t, const dd_plan_linear &L) {
+    lt_exec *x = t->x;
+    cu_state *st = x->st;
+    const dd_model *m = x->m;
+    const dd_config *c = &m->cfg;
+    const int pp = c->per_position, score = t->fp->kind == DD_PLAN_SCORE || t->fp->kind == DD_PLAN_SCORE_L0;
+    /* a matrix that changes from pass to pass: its first pass's slice */
+    const int e = L.mat == DD_MAT_HEAD || (pp && L.mat == DD_MAT_IN_PROJ) ? 0 : pp ? L.entry % c->layers : L.entry;
+    const int k = L.mat == DD_MAT_QKV   ? 0 /* lt_slices' matrix */
+                  : L.mat == DD_MAT_OUT ? 1
+                  : L.mat == DD_MAT_FC1 ? 2
+                  : L.mat == DD_MAT_FC2 ? 3
+                                        : -1;
+    const cu_mat *w;
+    const float *bias, *nw, *nb;
+    cu_plan_mat(st, L.mat, e, &w, &bias, &nw, &nb);
+    const int hid = L.x.buf == DD_BUF_HIDDEN, lg = L.y.buf == DD_BUF_LOGITS0 || L.y.buf == DD_BUF_LOGITS;
+    int ldin = c->input_dim, ldo = 0, ldr = 0;
+    const void *in = hid ? (const void *)st->d_in : lt_rows(t, L.x.buf, LT_RD, &ldin);
+    const u64 *res = L.residual ? lt_rows(t, L.y.buf, LT_RD, &ldr) : NULL;
+    u64 *out = lt_rows(t, L.y.buf, L.y.buf == DD_BUF_X && !L.residual ? LT_WR_IN : LT_WR, &ldo);
+    if (L.y.buf == DD_BUF_LOGITS0 && !t->smp0) out = NULL; /* not read */
+    lt_op o = lin_op(*w, bias, L.norm, nw, nb, c->norm_eps, L.act, in, ldin, hid, out, ldo);
+    o.tok_n = hid || lg;
+    o.in_last = o.tok_n && L.x.buf == DD_BUF_X;
+    if (o.in_last && L.x.first != L.x.span - 1) t->fail = 1;
+    lt_out_rows(o, L.y);
+    o.add = L.add ? st->pos + (L.add - m->pos) : NULL;
+    o.res = res;
+    o.ldr = ldr;
+    o.wl = L.mat == DD_MAT_HEAD ? x->d_heads : L.mat == DD_MAT_HEAD0 ? NULL : lt_slices(x, k, e % c->layers);
+    if (L.mat == DD_MAT_FC2) o.fwd = x->fw + (size_t)(t->nwr[DD_BUF_FF] - 1) * x->fw_stride; /* ff[i]: layer i's */
+    if (score && L.y.buf == DD_BUF_LOGITS0) {
+        o.outf = st->logits0;
+        o.ldof = c->codebook_size;
+    } else if (score && L.y.buf == DD_BUF_LOGITS) {
+        o.outf = st->logits;
+        o.ldof = (pp ? c->levels : c->levels - 1) * c->codebook_size;
+        o.outf_lvl = c->codebook_size;
+    }
+    t->ops->push_back(o);
+}
+
+void lt_attend(lt_tr *t, const dd_plan_attend &A) {
+    lt_exec *x = t->x;
     cu_state *st = x->st;
     const dd_config *c = &x->m->cfg;
-    const int D = c->dim, I = c->input_dim, H = c->heads, KV = c->kv_heads, HD = c->head_dim, V = c->codebook_size,
-              Q = c->levels, L = c->layers, G = x->G;
-    const int gpt = c->block == DD_BLOCK_GPT, nrm = gpt ? DD_NORM_LAYER : DD_NORM_RMS;
-    const float eps = c->norm_eps;
-    const int decode = variant == PROG_DECODE_C0 || variant == PROG_DECODE;
+    const size_t kvw = (size_t)A.KVH * A.HD, Q = c->levels;
+    if (c->per_position && A.qk_norm) t->fail = 1; /* the op has one q/k norm for every pass */
+    lt_op a;
+    memset(&a, 0, sizeof a);
+    a.kind = LT_ATT;
+    a.in = lt_rows(t, A.qkv.buf, LT_RD, &a.ldin);
+    a.out = lt_rows(t, A.out.buf, LT_WR, &a.ldo);
+    a.kc = st->kc + (size_t)A.layer * st->B * Q * kvw;
+    a.vc = st->vc + (size_t)A.layer * st->B * Q * kvw;
+    a.cstride = Q * kvw;
+    a.H = A.H;
+    a.KVH = A.KVH;
+    a.HD = A.HD;
+    a.rope = A.rope ? st->rope : NULL;
+    a.qn = A.qk_norm ? st->qn[A.entry] : NULL;
+    a.kn = A.qk_norm ? st->kn[A.entry] : NULL;
+    a.qk_eps = c->norm_eps;
+    t->ops->push_back(a);
+}
+
+/* The sampler op of `level` (-1: the pass's): the code from logits (forced 0) or given (forced 1: code_in, ldi),
+ * written to code_out when not NULL; then the row `level` of the code table (+ pos[level + 1]) gathered into rows
+ * dst of X's pass input, for the next pass (the template's: at every level but the last) */
+lt_op lt_smp(lt_tr *t, int level, const u64 *logits, int forced, const int32_t *code_in, int ldi, int32_t *code_out,
+             dd_plan_rows dst) {
+    lt_exec *x = t->x;
+    cu_state *st = x->st;
+    const dd_config *c = &x->m->cfg;
+    lt_op o;
+    memset(&o, 0, sizeof o);
+    o.kind = LT_SMP;
+    o.level = level;
+    o.in = logits;
+    o.ldin = x->ldv;
+    o.V = c->codebook_size;
+    o.forced = forced;
+    o.wait_logits = forced && logits != NULL;
+    o.code_in = code_in;
+    o.ldi = ldi;
+    o.code_out = code_out;
+    o.ldco = c->levels;
+    o.table = st->table;
+    o.table_ld = x->m->embed_rows;
+    o.eo = 1;
+    o.pos = st->pos ? st->pos + c->dim : NULL;
+    o.pos_lvl = c->dim;
+    o.out = lt_rows(t, DD_BUF_X, LT_WR_IN, &o.ldo);
+    lt_out_rows(o, dst);
+    o.D = c->dim;
+    o.Q = c->levels;
+    return o;
+}
+
+/* 1 when the plan's gather of a level's embedding is the one the sampler op makes (level table, positions
+ * level + 1 of a model with learned positions) */
+int lt_gather_ok(const lt_tr *t, const dd_plan_gather &g) {
+    return g.src == DD_GATHER_EMBED && (g.dst.buf == DD_BUF_X || g.dst.buf == DD_BUF_XIN) && g.dst.n == 1 &&
+           g.pos == (t->x->st->pos ? g.level + 1 : -1);
+}
+
+/* CSM's LINEAR from XIN (in_proj of the rows its gathers wrote: done by them): 1 when op is one */
+int lt_xin_linear(const dd_plan *fp, const dd_plan_linear &L) {
+    return L.x.buf == DD_BUF_XIN && fp->in == DD_IN_PROJ_PER_PASS && L.mat == DD_MAT_IN_PROJ && L.y.buf == DD_BUF_X &&
+           L.y.span == L.x.span && L.y.first == L.x.first && L.y.n == L.x.n;
+}
+
+/* 1 for the prelude's in(h) */
+int lt_is_in_h(const dd_plan_op &o) {
+    return o.pass == 0 && ((o.kind == DD_OP_GATHER && o.gat.src == DD_GATHER_HIDDEN) ||
+                           (o.kind == DD_OP_LINEAR && o.lin.x.buf == DD_BUF_HIDDEN && o.lin.y.buf == DD_BUF_X));
+}
+
+/* The prelude's ops in order: the plan's pass 0 with in(h) first; per-position models the plan's first pass, of
+ * which the text row's gather is taken and the rest (but its CODE_C0: c0 given) left to the template */
+void lt_prelude(lt_tr *t, std::vector<int> &pre) {
+    lt_exec *x = t->x;
+    cu_state *st = x->st;
+    const dd_model *m = x->m;
+    const dd_plan *fp = t->fp;
+    const int pp = fp->in == DD_IN_PER_POSITION, Q = m->cfg.levels, D = m->cfg.dim, I = m->cfg.input_dim;
+    int32_t *codes_out = (int32_t *)(st->d_out + 8);
+    const int32_t *codes_in = (const int32_t *)(st->d_in + st->off_codes_in);
+    const int32_t *c0in = (const int32_t *)(st->d_in + st->off_c0);
+    std::vector<int> order;
+    for (int i = 0; i < fp->n; i++)
+        if (fp->op[i].pass == (pp ? 1 : 0) && lt_is_in_h(fp->op[i])) order.push_back(i);
+    for (int i = 0; i < fp->n; i++)
+        if (fp->op[i].pass == (pp ? 1 : 0) && !lt_is_in_h(fp->op[i])) order.push_back(i);
+    t->xcur = 0;
+    for (size_t k = 0; k < order.size() && !t->fail; k++) {
+        const dd_plan_op &o = fp->op[order[k]];
+        const dd_plan_op *nx = k + 1 < order.size() ? &fp->op[order[k + 1]] : NULL;
+        const size_t n0 = t->ops->size();
+        if (pp) { /* position 0's pass: its text row, and whether c0 is given */
+            if (o.kind == DD_OP_CODE_C0) t->given0 = 1;
+            if (o.kind != DD_OP_GATHER || o.gat.src != DD_GATHER_TEXT) continue;
+            lt_op s = lt_smp(t, 0, NULL, 1, (const int32_t *)(st->d_in + st->off_text), 1, NULL, o.gat.dst);
+            s.table = st->text;
+            s.table_ld = 0;
+            s.eo = 0; /* pass 0's own input row */
+            if (o.gat.pos >= 0) t->fail = 1;
+            t->ops->push_back(s);
+        } else if (o.kind == DD_OP_LINEAR) {
+            if (o.lin.x.buf != DD_BUF_XIN) lt_linear(t, o.lin);
+            else if (!lt_xin_linear(fp, o.lin)) t->fail = 1;
+        } else if (o.kind == DD_OP_SAMPLE) { /* level 0 from head0's logits, and its row */
+            const int g = nx && nx->kind == DD_OP_GATHER && nx->gat.level == o.smp.level && lt_gather_ok(t, nx->gat);
+            int ld;
+            if (!g || o.smp.logits.buf != DD_BUF_LOGITS0) t->fail = 1;
+            else t->ops->push_back(lt_smp(t, nx->gat.level, lt_rows(t, DD_BUF_LOGITS0, LT_RD, &ld), 0, NULL, 0,
+                                          codes_out, nx->gat.dst));
+            k += g;
+        } else if (o.kind == DD_OP_CODE_C0) {
+            t->given0 = 1;
+        } else if (o.kind == DD_OP_GATHER && o.gat.src == DD_GATHER_EMBED) { /* level 0 given: c0, or the caller's */
+            if (!lt_gather_ok(t, o.gat)) t->fail = 1;
+            else if (t->given0) t->ops->push_back(lt_smp(t, o.gat.level, NULL, 1, c0in, 1, codes_out, o.gat.dst));
+            else t->ops->push_back(lt_smp(t, o.gat.level, NULL, 1, codes_in + o.gat.level, Q, NULL, o.gat.dst));
+        } else if (o.kind == DD_OP_GATHER && o.gat.src == DD_GATHER_HIDDEN && o.gat.dst.buf == DD_BUF_XIN) {
+            dd_plan_linear L; /* CSM: in(h) into the X rows */
+            memset(&L, 0, sizeof L);
+            L.y = o.gat.dst;
+            L.y.buf = DD_BUF_X;
+            L.x = (dd_plan_rows){DD_BUF_HIDDEN, 1, 0, 1, 0};
+            L.mat = DD_MAT_IN_PROJ;
+            L.add = o.gat.pos >= 0 ? m->pos + (size_t)o.gat.pos * D : NULL;
+            lt_linear(t, L);
+        } else if (o.kind == DD_OP_GATHER && o.gat.src == DD_GATHER_HIDDEN) { /* h copied: row = stream */
+            lt_op s = lt_smp(t, 0, NULL, 1, NULL, 0, NULL, o.gat.dst);
+            s.code_is_stream = 1;
+            memset(&s.table, 0, sizeof s.table);
+            s.table.type = DD_F32;
+            s.table.rows = st->B;
+            s.table.cols = I;
+            s.table.data = st->d_in;
+            s.table.pitch = (size_t)I * 4;
+            s.table_ld = 0;
+            s.pos = o.gat.pos >= 0 ? st->pos + (size_t)o.gat.pos * D : NULL;
+            s.pos_lvl = 0;
+            t->ops->push_back(s);
+        } else {
+            t->fail = 1; /* ADD_POS, ATTEND */
+        }
+        for (size_t i = n0; i < t->ops->size(); i++) pre.push_back((int)i);
+    }
+}
+
+/* The ops of the plan's pass tp as the template's: its ops, then the sampler op */
+void lt_pass(lt_tr *t, int tp, std::vector<int> &pass) {
+    lt_exec *x = t->x;
+    cu_state *st = x->st;
+    const dd_plan *fp = t->fp;
+    const int pp = fp->in == DD_IN_PER_POSITION, Q = x->m->cfg.levels;
+    const size_t n0 = t->ops->size();
+    const dd_plan_sample *smp = NULL;
+    const dd_plan_gather *g = NULL;
+    t->xcur = 0;
+    memset(t->nwr, 0, sizeof t->nwr);
+    for (int i = 0; i < fp->n && !t->fail; i++) {
+        const dd_plan_op &o = fp->op[i];
+        if (o.pass != tp) continue;
+        switch (o.kind) {
+        case DD_OP_LINEAR:
+            if (o.lin.x.buf != DD_BUF_XIN) lt_linear(t, o.lin);
+            else if (!lt_xin_linear(fp, o.lin)) t->fail = 1;
+            break;
+        case DD_OP_ATTEND: lt_attend(t, o.att); break;
+        case DD_OP_SAMPLE: /* the pass's level from the head's logits */
+            if (smp || o.smp.logits.buf != DD_BUF_LOGITS) t->fail = 1;
+            smp = &o.smp;
+            break;
+        case DD_OP_GATHER: /* the row the pass's sampler gathers (Moshi: the previous pass's, into xg) */
+            if (g || !lt_gather_ok(t, o.gat) || o.gat.level != (pp ? tp - 2 : tp)) t->fail = 1; /* level l's */
+            g = &o.gat;
+            break;
+        default: t->fail = 1; /* CODE_C0, ADD_POS */
+        }
+    }
+    int ld;
+    const u64 *lg = lt_rows(t, DD_BUF_LOGITS, LT_RD, &ld);
+    const dd_plan_rows dst = g ? g->dst : (dd_plan_rows){DD_BUF_X, 1, 0, 1, 0};
+    lt_op s = smp ? lt_smp(t, -1, lg, 0, NULL, 0, (int32_t *)(st->d_out + 8), dst)
+                  : lt_smp(t, -1, lg, 1, (const int32_t *)(st->d_in + st->off_codes_in), Q, NULL, dst);
+    if (pp && t->given0) s.code0 = (const int32_t *)(st->d_in + st->off_c0);
+    t->ops->push_back(s);
+    for (size_t i = n0; i < t->ops->size(); i++) pass.push_back((int)i);
+}
+
+/* The op list of the frame plan fp (the comment above): ops, and the indices of the prelude's and the template's;
+ * 0 when fp has a shape the executor does not run */
+int lt_translate(lt_exec *x, const dd_plan *fp, std::vector<lt_op> &ops, std::vector<int> &pre,
+                 std::vector<int> &pass) {
+    lt_tr t;
+    t.x = x;
+    t.fp = fp;
+    t.ops = &ops;
+    t.xcur = 0;
+    memset(t.nwr, 0, sizeof t.nwr);
+    t.given0 = 0;
+    t.smp0 = 0;
+    t.fail = 0;
+    for (int i = 0; i < fp->n; i++)
+        t.smp0 |= fp->op[i].kind == DD_OP_SAMPLE && fp->op[i].smp.logits.buf == DD_BUF_LOGITS0;
+    if (fp->in == DD_IN_PER_POSITION) t.xv.push_back(x->xg);
+    t.xv.push_back(x->x0);
+    for (int li = 0; li < x->m->cfg.layers; li++) {
+        t.xv.push_back(x->xa[li]);
+        t.xv.push_back(x->xb[li]);
+    }
+    lt_prelude(&t, pre);
+    const int pp = fp->in == DD_IN_PER_POSITION, tp = pp ? 2 : 1, last = pp ? x->m->cfg.levels : x->m->cfg.levels - 1;
+    if (!t.fail) lt_pass(&t, tp, pass);
+    /* every later pass of the plan translates to the template (the comment above): the executor runs it there */
+    for (int l = tp + 1; l <= last && !t.fail; l++) {
+        std::vector<lt_op> more;
+        std::vector<int> idx;
+        lt_tr u = t;
+        u.ops = &more;
+        lt_pass(&u, l, idx);
+        t.fail = u.fail || more.size() != pass.size() ||
+                 memcmp(more.data(), &ops[pass[0]], more.size() * sizeof(lt_op)) != 0;
+    }
+    return !t.fail;
+}
+
+} // namespace
+
+/* Build the plan of (variant, n) from the op list of the frame plan fp (of kind variant), with attention and
+ * samplers on SMs of their own (role) or not; x->plan[variant][n].ok says whether it fits the executor's limits. */
+static dd_status build_plan_role(lt_exec *x, const dd_plan *fp, int variant, int n, int role, dd_error *err) {
+    cu_state *st = x->st;
+    const dd_config *c = &x->m->cfg;
+    const int H = c->heads, KV = c->kv_heads, HD = c->head_dim, V = c->codebook_size, Q = c->levels, G = x->G;
     /* Moshi (per-position weights): passes 0 .. Q-1 of one position each, every linear of pass l on slice l (wl);
      * the prelude gathers pass 0's row (text_embed[t]); pass l's input row is in_proj[l] . h + the table row in xg
      * (gathered by the prelude or the previous pass's sampler); no final norm */
     const int pp = c->per_position, Tl = pp ? n : 2 * n; /* tokens of a layer linear, at most */
-    const float *hidden = (const float *)st->d_in;
-    int32_t *codes_out = (int32_t *)(st->d_out + 8);
-    const int32_t *codes_in = (const int32_t *)(st->d_in + st->off_codes_in);
-    const int32_t *c0in = (const int32_t *)(st->d_in + st->off_c0);
-    const int32_t *textin = (const int32_t *)(st->d_in + st->off_text);
     lt_plan *pl = &x->plan[variant][n];
     builder b;
     b.x = x;
@@ -1268,146 +1620,11 @@ static dd_status build_plan_role(lt_exec *x, int variant, int n, int role, dd_er
     b.R = role ? n + n * KV : 0;
     if (b.R > G / 4) b.R = b.Rs = 0;
     double kept = 0;
-
-    /* the sample/gather op of level `level` (-1: the pass) */
-    auto smp_op = [&](int level, const u64 *logits, int forced, const int32_t *code_in, int ldi, int32_t *code_out,
-                      int out_mul, int out_off) {
-        lt_op o;
-        memset(&o, 0, sizeof o);
-        o.kind = LT_SMP;
-        o.level = level;
-        o.in = logits;
-        o.ldin = x->ldv;
-        o.V = V;
-        o.forced = forced;
-        o.wait_logits = forced && logits != NULL;
-        o.code_in = code_in;
-        o.ldi = ldi;
-        o.code_out = code_out;
-        o.ldco = Q;
-        o.table = st->table;
-        o.table_ld = x->m->embed_rows;
-        o.eo = 1;
-        o.pos = st->pos ? st->pos + D : NULL;
-        o.pos_lvl = D;
-        o.out = pp ? x->xg : x->x0;
-        o.ldo = x->ldx;
-        o.out_mul = out_mul;
-        o.out_off = out_off;
-        o.D = D;
-        o.Q = Q;
-        return o;
-    };
-    /* ---- prelude (context: pass l0) ---- */
-    std::vector<int> pre_ops;
-    if (pp) { /* pass 0's row: text_embed[t], epoch ebase + 0 */
-        lt_op o = smp_op(0, NULL, 1, textin, 1, NULL, 1, 0);
-        o.table = st->text;
-        o.table_ld = 0;
-        o.eo = 0;
-        pre_ops.push_back(b.add_op(o));
-    } else if (c->has_in_proj) {
-        lt_op o = lin_op(st->in_proj, st->in_bias, DD_NORM_NONE, NULL, NULL, eps, DD_ACT_NONE, hidden, I, 1, x->x0,
-                         x->ldx);
-        o.tok_n = 1;
-        o.out_mul = 2;
-        o.add = st->pos;
-        o.lda = 0;
-        pre_ops.push_back(b.add_op(o));
-    } else {
-        lt_op o = smp_op(0, NULL, 1, NULL, 0, NULL, 2, 0);
-        o.code_is_stream = 1;
-        o.table = (cu_raw){DD_F32, st->B, I, (const uint8_t *)hidden, (size_t)I * 4, NULL, NULL, 0, 0, 0};
-        o.table_ld = 0;
-        o.pos = st->pos;
-        o.pos_lvl = 0;
-        pre_ops.push_back(b.add_op(o));
-    }
-    if (!pp && (variant == PROG_DECODE || variant == PROG_SCORE_L0)) {
-        lt_op o = lin_op(st->head0, NULL, DD_NORM_NONE, NULL, NULL, eps, DD_ACT_NONE, hidden, I, 1,
-                         variant == PROG_DECODE ? x->lg0 : NULL, x->ldv);
-        o.tok_n = 1;
-        if (variant == PROG_SCORE_L0) {
-            o.outf = st->logits0;
-            o.ldof = V;
-        }
-        pre_ops.push_back(b.add_op(o));
-    }
-    if (!pp) { /* level 0's code and pass 1's second row (Moshi: position 0's pass samples c0) */
-        if (variant == PROG_DECODE) pre_ops.push_back(b.add_op(smp_op(0, x->lg0, 0, NULL, 0, codes_out, 2, 1)));
-        else if (variant == PROG_DECODE_C0) pre_ops.push_back(b.add_op(smp_op(0, NULL, 1, c0in, 1, codes_out, 2, 1)));
-        else pre_ops.push_back(b.add_op(smp_op(0, NULL, 1, codes_in, Q, NULL, 2, 1)));
-    }
-    /* ---- one pass ---- */
-    std::vector<int> pass_ops;
-    const int kvw = KV * HD;
-    if (pp) { /* the input row: in_proj[l] . h + the gathered row */
-        lt_op o = lin_op(st->inps[0], NULL, DD_NORM_NONE, NULL, NULL, eps, DD_ACT_NONE, hidden, I, 1, x->x0, x->ldx);
-        o.wl = lt_slices(x, -1, 0);
-        o.tok_n = 1;
-        o.res = x->xg;
-        o.ldr = x->ldx;
-        pass_ops.push_back(b.add_op(o));
-    }
-    for (int li = 0; li < L; li++) {
-        const u64 *xin = li == 0 ? x->x0 : x->xb[li - 1];
-        lt_op q = lin_op(st->qkv[li], st->bqkv[li], nrm, st->n1w[li], st->n1b[li], eps, DD_ACT_NONE, xin, x->ldx, 0,
-                         x->qkv[li], x->ldq);
-        q.wl = lt_slices(x, 0, li);
-        pass_ops.push_back(b.add_op(q));
-        lt_op a;
-        memset(&a, 0, sizeof a);
-        a.kind = LT_ATT;
-        a.in = x->qkv[li];
-        a.ldin = x->ldq;
-        a.out = x->att[li];
-        a.ldo = x->lda_;
-        a.kc = st->kc + (size_t)li * st->B * Q * kvw;
-        a.vc = st->vc + (size_t)li * st->B * Q * kvw;
-        a.cstride = (size_t)Q * kvw;
-        a.H = H;
-        a.KVH = KV;
-        a.HD = HD;
-        a.rope = st->rope;
-        a.qn = st->qn[li];
-        a.kn = st->kn[li];
-        a.qk_eps = eps;
-        pass_ops.push_back(b.add_op(a));
-        lt_op o = lin_op(st->wo[li], st->bo[li], DD_NORM_NONE, NULL, NULL, eps, DD_ACT_NONE, x->att[li], x->lda_, 0,
-                         x->xa[li], x->ldx);
-        o.wl = lt_slices(x, 1, li);
-        o.res = xin;
-        o.ldr = x->ldx;
-        pass_ops.push_back(b.add_op(o));
-        lt_op f1 = lin_op(st->fc1[li], st->b1[li], nrm, st->n2w[li], st->n2b[li], eps, gpt ? DD_ACT_GELU : DD_ACT_SWIGLU,
-                          x->xa[li], x->ldx, 0, x->ff[li], x->ldf);
-        f1.wl = lt_slices(x, 2, li);
-        pass_ops.push_back(b.add_op(f1));
-        lt_op f2 = lin_op(st->fc2[li], st->b2[li], DD_NORM_NONE, NULL, NULL, eps, DD_ACT_NONE, x->ff[li], x->ldf, 0,
-                          x->xb[li], x->ldx);
-        f2.wl = lt_slices(x, 3, li);
-        f2.res = x->xa[li];
-        f2.ldr = x->ldx;
-        f2.fwd = x->fw + (size_t)li * x->fw_stride;
-        pass_ops.push_back(b.add_op(f2));
-    }
-    {
-        /* Moshi: no final norm; position 0's head runs in every variant (the pass is fixed: with c0 given its
-         * logits are waited for, not sampled), writing level 0 of st->logits [B, Q, V] in score */
-        lt_op h = lin_op(st->heads[0], NULL, pp ? DD_NORM_NONE : nrm, st->norm_w, st->norm_b, eps, DD_ACT_NONE,
-                         x->xb[L - 1], x->ldx, 0, x->lg, x->ldv);
-        h.wl = x->d_heads;
-        h.tok_n = 1;
-        h.in_last = 1;
-        if (!decode) {
-            h.outf = st->logits;
-            h.ldof = (pp ? Q : Q - 1) * V;
-            h.outf_lvl = V;
-        }
-        pass_ops.push_back(b.add_op(h));
-        lt_op so = decode ? smp_op(-1, x->lg, 0, NULL, 0, codes_out, 1, 0) : smp_op(-1, x->lg, 1, codes_in, Q, NULL, 1, 0);
-        if (pp && variant == PROG_DECODE_C0) so.code0 = c0in;
-        pass_ops.push_back(b.add_op(so));
+    /* ---- the op list: the prelude (context: pass l0) and one pass, from the frame plan ---- */
+    std::vector<int> pre_ops, pass_ops;
+    if (!lt_translate(x, fp, b.ops, pre_ops, pass_ops)) {
+        pl->ok = 1; /* a plan shape this executor does not run: the frame kernel does */
+        return DD_OK;
     }
     /* a linear without a norm stages its whole input row at once too when it fits (one poll instead of one per
      * piece): fc2 and out at small batches */
@@ -1693,9 +1910,12 @@ int lt_max_batch(const lt_exec *x) { return x ? LT_MAX_N : 0; }
  * fit the executor's limits, e.g. CSM dims at B2-B8: 5 gate/up pairs of fc1 make a 40 KB chunk, over the 32 KB
  * piece) the plan without. */
 static dd_status build_plan(lt_exec *x, int variant, int n, dd_error *err) {
-    dd_status s = build_plan_role(x, variant, n, 1, err);
-    if (s || x->plan[variant][n].ok != 1) return s;
-    return build_plan_role(x, variant, n, 0, err);
+    dd_plan fp;
+    dd_status s = dd_plan_build(&fp, x->m, (dd_plan_kind)variant, err);
+    if (!s) s = build_plan_role(x, &fp, variant, n, 1, err);
+    if (!s && x->plan[variant][n].ok == 1) s = build_plan_role(x, &fp, variant, n, 0, err);
+    dd_plan_free(&fp);
+    return s;
 }
 
 /* The batches the decoder sends here by default: up to 6 groups of at most LT_MAX_N streams (one launch each).

@@ -46,8 +46,7 @@ static int elem_bytes_x2(int type) { /* twice the bytes per element (q4: 1) */
     }
 }
 
-dd_status cu_mat_upload(cu_mat *out, const cu_rows *src, int nsrc, int pair, void ***allocs, int *nallocs,
-                        dd_error *err) {
+dd_status cu_mat_layout(cu_mat *out, const cu_rows *src, int nsrc, int pair, dd_error *err) {
     memset(out, 0, sizeof *out);
     const dd_weight *w0 = src[0].w;
     int64_t K = w0->cols, N = 0;
@@ -88,6 +87,16 @@ dd_status cu_mat_upload(cu_mat *out, const cu_rows *src, int nsrc, int pair, voi
         es = dd_dtype_size((dd_dtype)w0->sb_type);
         out->sb_bytes = (int)(2 * es);
     }
+    return DD_OK;
+}
+
+dd_status cu_mat_upload(cu_mat *out, const cu_rows *src, int nsrc, int pair, void ***allocs, int *nallocs,
+                        dd_error *err) {
+    dd_status s0 = cu_mat_layout(out, src, nsrc, pair, err);
+    if (s0) return s0;
+    const int64_t K = out->K, N = out->N;
+    const int type = out->type, quant = type == DD_Q8 || type == DD_Q4;
+    const size_t es = quant ? dd_dtype_size((dd_dtype)src[0].w->sb_type) : 0;
     size_t fbytes = (size_t)out->MT * out->KT * out->tile_bytes;
     size_t sbytes = quant ? (size_t)out->MT * out->NG * 16 * out->sb_bytes : 0;
     uint8_t *hf = (uint8_t *)calloc(fbytes, 1), *hs = sbytes ? (uint8_t *)calloc(sbytes, 1) : NULL;
