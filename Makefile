@@ -45,6 +45,10 @@ LIB_OBJ   += $(CU_OBJ)
 override CFLAGS += -DDD_WITH_CUDA=1 -I$(CUDA_HOME)/include
 LDLIBS    += -L$(CUDA_HOME)/lib64 -lcudart -lstdc++
 NVFLAGS   ?= -O3 -arch=$(CUDA_ARCH) -Xcompiler -fPIC -Iinclude -Isrc -fmad=false --std=c++17
+# The throughput executor's wgmma and tensor copies need the arch-specific Hopper target: its file is built for
+# sm_90a instead of sm_90 (on other targets its kernels are empty and the backend runs without it: src/cuda/tput.cu).
+comma := ,
+$(BUILD)/cuobj/tput.o: NVFLAGS := $(subst -arch=sm_90 ,-gencode=arch=compute_90a$(comma)code=sm_90a ,$(NVFLAGS))
 endif
 
 # CPU backend kernels, one file per instruction set (picked at run time from CPUID): only these get ISA flags.

@@ -60,6 +60,7 @@
 #include <cuda_runtime_api.h>
 void dd_cuda_test_force_big(int on);                            /* src/cuda/host_entry.cu */
 void dd_cuda_test_crossover(dd_decoder *d, int nmax); /* src/cuda/backend.cu: latency executor up to nmax streams */
+int dd_cuda_test_tput(dd_decoder *d, int nmin); /* src/cuda/backend.cu: throughput executor from nmin streams */
 /* the kernel entry points (dd_cuda_linear_host, _attend_host, _sample_host) are hooks of the registry's cuda row */
 static const dd_backend_test *cu_hooks(void) { return &dd_registry_row(DD_BACKEND_CUDA)->test; }
 #endif
@@ -452,10 +453,10 @@ static void test_invariance(void **state) {
     invariance("gpt", DD_BF16, 512);
 }
 
-/* The latency executor (lat.cu, batches up to its crossover) against the frame kernel (frame.cu) on the same
- * decoder and inputs: bit-identical logits (score, with and without level-0 logits) and identical codes (decode:
- * sampled and greedy, c0 given and sampled). */
-static void executors(const char *kind, dd_dtype wt, int n) {
+/* The latency executor (lat.cu, batches up to its crossover; tput = 0) or the throughput executor (tput.cu; tput =
+ * 1) against the frame kernel (frame.cu) on the same decoder and inputs: bit-identical logits (score, with and
+ * without level-0 logits) and identical codes (decode: sampled and greedy, c0 given and sampled). */
+static void executors_vs(const char *kind, dd_dtype wt, int n, int tput) {
     dd_model *m;
     dd_error e;
     if (dd_model_synthetic(&m, kind, wt, rnd64(), &e)) fail_msg("%s", e.msg);
@@ -471,8 +472,12 @@ static void executors(const char *kind, dd_dtype wt, int n) {
     float *lg[2], *l0[2];
     int32_t *cd[2][4];
     dd_sampling ss[2] = {dd_sampling_default(), {0.0f, 0}};
-    for (int x = 0; x < 2; x++) { /* x = 0: the latency executor, 1: the frame kernel */
-        dd_cuda_test_crossover(d, x ? 0 : n);
+    const char *name = tput ? "throughput executor" : "latency executor";
+    if (tput && !dd_cuda_test_tput(d, 0)) fail_msg("%s %s n=%d: no throughput executor on this device", kind,
+                                                    dd_dtype_name(wt), n);
+    for (int x = 0; x < 2; x++) { /* x = 0: the executor under test, 1: the frame kernel */
+        dd_cuda_test_crossover(d, x || tput ? 0 : n);
+        dd_cuda_test_tput(d, x || !tput ? 0 : 1);
         lg[x] = malloc(nl * 4);
         l0[x] = n0 ? malloc(n0 * 4) : NULL;
         for (size_t i = 0; i < nl; i++) lg[x][i] = NAN;
@@ -484,21 +489,46 @@ static void executors(const char *kind, dd_dtype wt, int n) {
             const int32_t *cc = (k & 2) || !c->has_head0 ? c0 : NULL;
             if (dd_decode_text(d, n, h, text, cc, seeds, frames, &ss[k & 1], cd[x][k], &e))
                 fail_msg("decode: %s", e.msg);
+            /* the throughput executor replays a frame's launches as a graph from the second call of the same
+             * request on (captured then): repeat the call twice, poisoned, and compare with the first */
+            for (int r = 0; tput && x == 0 && r < 2; r++) {
+                int32_t *again = malloc((size_t)n * Q * 4);
+                for (int i = 0; i < n * Q; i++) again[i] = -7;
+                if (dd_decode_text(d, n, h, text, cc, seeds, frames, &ss[k & 1], again, &e))
+                    fail_msg("decode again: %s", e.msg);
+                for (int i = 0; i < n * Q; i++)
+                    if (again[i] != cd[x][k][i])
+                        fail_msg("%s %s n=%d: decode %d, call %d (graph): stream %d level %d: %d, first call %d", kind,
+                                 dd_dtype_name(wt), n, k, r + 2, i / Q, i % Q, again[i], cd[x][k][i]);
+                free(again);
+            }
+        }
+        if (tput && x == 0) { /* the score twice more: its graph's logits */
+            float *again = malloc(nl * 4);
+            for (int r = 0; r < 2; r++) {
+                for (size_t i = 0; i < nl; i++) again[i] = NAN;
+                if (dd_score_text(d, n, h, text, codes, again, l0[x], &e)) fail_msg("score again: %s", e.msg);
+                for (size_t i = 0; i < nl; i++)
+                    if (th_bits(again[i]) != th_bits(lg[x][i]))
+                        fail_msg("%s %s n=%d: score call %d (graph): logit %zu: %.9g, first call %.9g", kind,
+                                 dd_dtype_name(wt), n, r + 2, i, again[i], lg[x][i]);
+            }
+            free(again);
         }
     }
     for (size_t i = 0; i < nl; i++)
         if (th_bits(lg[0][i]) != th_bits(lg[1][i]))
-            fail_msg("%s %s n=%d: logit %zu (stream %zu): latency executor %.9g, frame kernel %.9g", kind,
-                     dd_dtype_name(wt), n, i, i / ((size_t)(Q - 1) * V), lg[0][i], lg[1][i]);
+            fail_msg("%s %s n=%d: logit %zu (stream %zu): %s %.9g, frame kernel %.9g", kind, dd_dtype_name(wt), n,
+                     i, i / ((size_t)(Q - 1) * V), name, lg[0][i], lg[1][i]);
     for (size_t i = 0; i < n0; i++)
         if (th_bits(l0[0][i]) != th_bits(l0[1][i]))
             fail_msg("%s %s n=%d: level-0 logit %zu: %.9g vs %.9g", kind, dd_dtype_name(wt), n, i, l0[0][i], l0[1][i]);
     for (int k = 0; k < 4; k++)
         for (int i = 0; i < n * Q; i++)
             if (cd[0][k][i] != cd[1][k][i] || cd[0][k][i] < 0)
-                fail_msg("%s %s n=%d: decode %d: stream %d level %d: latency executor %d, frame kernel %d", kind,
-                         dd_dtype_name(wt), n, k, i / Q, i % Q, cd[0][k][i], cd[1][k][i]);
-    printf("  %-10s %-4s n=%d: latency executor == frame kernel (logit bits, codes)\n", kind, dd_dtype_name(wt), n);
+                fail_msg("%s %s n=%d: decode %d: stream %d level %d: %s %d, frame kernel %d", kind,
+                         dd_dtype_name(wt), n, k, i / Q, i % Q, name, cd[0][k][i], cd[1][k][i]);
+    printf("  %-10s %-4s n=%d: %s == frame kernel (logit bits, codes)\n", kind, dd_dtype_name(wt), n, name);
     for (int x = 0; x < 2; x++) {
         free(lg[x]), free(l0[x]);
         for (int k = 0; k < 4; k++) free(cd[x][k]);
@@ -506,6 +536,28 @@ static void executors(const char *kind, dd_dtype wt, int n) {
     free(h), free(codes), free(c0), free(text), free(seeds), free(frames);
     dd_decoder_free(d);
     dd_model_free(m);
+}
+
+static void executors(const char *kind, dd_dtype wt, int n) { executors_vs(kind, wt, n, 0); }
+
+/* The throughput executor (tensor-core linears where the shape suits the tile, the frame kernel for the other ops)
+ * against the frame kernel: GPT, CSM (gate/up pairs, K 8192) and Moshi (per-position weights) dims at token counts
+ * that are and are not multiples of the tiles (64, 128), so the tile and split choices vary; tiny models (no linear
+ * suits the tile: every op on the frame kernel in runs between none) and quantized weights (not on the tile). */
+static void test_tput(void **state) {
+    (void)state;
+    NEED_CUDA();
+    executors_vs("tiny-gpt", DD_BF16, 12, 1);
+    executors_vs("gpt", DD_BF16, 9, 1);
+    if (g_quick >= 2) return;
+    executors_vs("gpt", DD_BF16, 64, 1);
+    executors_vs("gpt", DD_BF16, 100, 1);
+    executors_vs("csm", DD_BF16, 33, 1);
+    if (g_quick) return;
+    executors_vs("gpt", DD_BF16, 300, 1);
+    executors_vs("gpt", DD_Q8, 20, 1);
+    executors_vs("csm", DD_BF16, 130, 1);
+    executors_vs("moshi", DD_BF16, 24, 1);
 }
 
 static void test_executors(void **state) {
@@ -952,6 +1004,7 @@ static void test_sample(void **state) { (void)state; NEED_CUDA(); }
 static void test_e2e(void **state) { (void)state; NEED_CUDA(); }
 static void test_invariance(void **state) { (void)state; NEED_CUDA(); }
 static void test_executors(void **state) { (void)state; NEED_CUDA(); }
+static void test_tput(void **state) { (void)state; NEED_CUDA(); }
 static void test_device_api(void **state) { (void)state; NEED_CUDA(); }
 static void test_device_capture(void **state) { (void)state; NEED_CUDA(); }
 static void test_device_errors(void **state) { (void)state; NEED_CUDA(); }
@@ -1003,6 +1056,7 @@ int main(void) {
         cmocka_unit_test_setup(test_linear, th_reseed),     cmocka_unit_test_setup(test_attend, th_reseed),
         cmocka_unit_test_setup(test_sample, th_reseed),     cmocka_unit_test_setup(test_e2e, th_reseed),
         cmocka_unit_test_setup(test_invariance, th_reseed), cmocka_unit_test_setup(test_executors, th_reseed),
+        cmocka_unit_test_setup(test_tput, th_reseed),
         cmocka_unit_test_setup(test_device_api, th_reseed), cmocka_unit_test_setup(test_device_capture, th_reseed),
         cmocka_unit_test_setup(test_device_errors, th_reseed), cmocka_unit_test(test_device_api_host_backends),
         cmocka_unit_test(test_read_bandwidth),

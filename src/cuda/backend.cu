@@ -28,6 +28,7 @@ extern "C" {
 #include "plan.h"
 }
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -595,6 +596,20 @@ static dd_status cuda_init(dd_decoder *d, dd_error *err) {
     }
     if ((s = lt_create(&st->lt, st, m, err))) return s;
     st->lt_max = lt_default_crossover(st->lt);
+    int tmul = 1; /* positions a pass of the largest linear */
+    for (int v = 0; v < NPROG; v++)
+        for (int i = 0; i < st->nprog[v]; i++)
+            if (st->h_prog[v][i].type == CU_OP_LINEAR && st->h_prog[v][i].lin.tmul > tmul)
+                tmul = st->h_prog[v][i].lin.tmul;
+    if ((s = tp_create(&st->tp, st, B * tmul, err))) return s;
+    /* Where the throughput executor covers the model, it takes every batch over 4 streams (H200, 2026-12-04: GPT
+     * dims bf16 7.6 ms at 1-16 streams against the latency executor's 9.0 at 8; docs/cuda_results.md); else it
+     * is not used (the latency executor's groups up to 48 streams, the frame kernel above). */
+    st->tp_min = INT_MAX;
+    if (tp_covers(st->tp)) {
+        if (st->lt_max > 4) st->lt_max = 4;
+        st->tp_min = 1;
+    }
     CU_TRY(cudaDeviceSynchronize(), err, "init");
     return DD_OK;
 }
@@ -609,6 +624,7 @@ static void cuda_destroy(dd_decoder *d) {
     if (st->h_out) cudaFreeHost(st->h_out);
     for (int v = 0; v < NPROG; v++) free(st->h_prog[v]);
     lt_free(st->lt);
+    tp_free(st->tp);
     free(st->qkv);
     free(st->bqkv);
     free(st);
@@ -655,6 +671,7 @@ dd_status cu_launch_frame(cu_state *st, int v, int n, float temp, int topk, cuda
             return DD_OK;
         }
     }
+    if (st->tp && n >= st->tp_min) return tp_run(st->tp, v, n, temp, topk, stream, err);
     return cu_run_program(&st->sc, st->d_prog[v], st->nprog[v], n, temp, topk,
                           (const uint64_t *)(st->d_in + st->off_seeds), (const uint64_t *)(st->d_in + st->off_frames),
                           0, stream, err);
@@ -728,6 +745,14 @@ static dd_status cuda_score(dd_decoder *d, int n, const float *hidden, const int
 extern "C" void dd_cuda_test_crossover(dd_decoder *d, int nmax) {
     cu_state *st = (cu_state *)d->impl;
     st->lt_max = st->lt ? nmax : 0;
+}
+
+/* test hook: batches of at least nmin streams (past the latency executor's) run on the throughput executor (0:
+ * none); returns 0 when this decoder has none (no sm_90a device or build) */
+extern "C" int dd_cuda_test_tput(dd_decoder *d, int nmin) {
+    cu_state *st = (cu_state *)d->impl;
+    st->tp_min = nmin > 0 ? nmin : INT_MAX;
+    return st->tp != NULL;
 }
 
 extern "C" const dd_backend_vt dd_cuda_backend = {"cuda",           cuda_init,       cuda_destroy,

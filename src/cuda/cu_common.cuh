@@ -224,6 +224,11 @@ void cu_scratch_free(cu_scratch *s);
 dd_status cu_run_program(cu_scratch *s, const cu_op *d_ops, int nops, int n, float temp,
                          int topk, const uint64_t *d_seeds, const uint64_t *d_frames, int force_big,
                          cudaStream_t stream, dd_error *err);
+/* The same launch without the reset: a run of ops of a frame whose error flags were reset at its start (the
+ * throughput executor runs the ops between its linears so, tput.cu). */
+dd_status cu_launch_ops(cu_scratch *s, const cu_op *d_ops, int nops, int n, float temp, int topk,
+                        const uint64_t *d_seeds, const uint64_t *d_frames, int force_big, cudaStream_t stream,
+                        dd_error *err);
 /* After the stream has synchronized: DD_OK, or the error the kernel flagged (timeout; no finite logit). */
 dd_status cu_check_errors(cu_scratch *s, dd_error *err);
 /* the same from the two error words already copied to the host */

@@ -8,6 +8,7 @@
 enum { PROG_DECODE_C0 = 0, PROG_DECODE = 1, PROG_SCORE = 2, PROG_SCORE_L0 = 3, NPROG = 4 };
 
 typedef struct lt_exec lt_exec; /* lat.cu */
+typedef struct tp_exec tp_exec; /* tput.cu */
 typedef struct cu_devstat cu_devstat; /* devapi.cu */
 
 typedef struct cu_state {
@@ -38,6 +39,8 @@ typedef struct cu_state {
     int lt_max;  /* batches of at most this many streams run on it, in groups of at most lt_max_batch streams
                   * (test hook: dd_cuda_test_crossover) */
     unsigned char lt_built[NPROG][9]; /* the latency executor's plan of (variant, n) is built (n <= 8) */
+    tp_exec *tp; /* the throughput executor (tensor-core linears, sm_90a), or NULL */
+    int tp_min;  /* batches of at least this many streams (past lt_max) run on it (test hook: dd_cuda_test_tput) */
     int dev;          /* the device the decoder lives on */
     int dev_used;     /* a dd_*_device call was made: host calls and dd_decoder_sync wait and check first */
     cu_devstat *ds;   /* device: error state of the device API (devapi.cu) */
@@ -76,5 +79,13 @@ int lt_max_batch(const lt_exec *x);
 int lt_default_crossover(const lt_exec *x); /* batches run on it by default */
 int lt_can(lt_exec *x, int variant, int n, dd_error *err, dd_status *s); /* builds the plan on first use */
 dd_status lt_run(lt_exec *x, int variant, int n, int r0, float temp, int topk, cudaStream_t stream, dd_error *err);
+
+/* tput.cu: the throughput executor. tp_create returns DD_OK with *out NULL when the device or build lacks sm_90a;
+ * max_tokens: the most tokens one linear of a frame has (streams x positions a pass). tp_run enqueues one frame of
+ * program `variant` for n streams (inputs in st->d_in) on `stream`, no host synchronisation (capturable). */
+dd_status tp_create(tp_exec **out, cu_state *st, int max_tokens, dd_error *err);
+void tp_free(tp_exec *x);
+int tp_covers(const tp_exec *x); /* every linear of the model's programs runs on its tensor-core tile */
+dd_status tp_run(tp_exec *x, int variant, int n, float temp, int topk, cudaStream_t stream, dd_error *err);
 
 #endif

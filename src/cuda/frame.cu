@@ -338,6 +338,13 @@ void cu_scratch_free(cu_scratch *s) {
 dd_status cu_run_program(cu_scratch *s, const cu_op *d_ops, int nops, int n, float temp,
                          int topk, const uint64_t *d_seeds, const uint64_t *d_frames, int force_big,
                          cudaStream_t stream, dd_error *err) {
+    CU_TRY(cudaMemsetAsync(s->err, 0x7F, 8, stream), err, "reset error flags");
+    return cu_launch_ops(s, d_ops, nops, n, temp, topk, d_seeds, d_frames, force_big, stream, err);
+}
+
+dd_status cu_launch_ops(cu_scratch *s, const cu_op *d_ops, int nops, int n, float temp, int topk,
+                        const uint64_t *d_seeds, const uint64_t *d_frames, int force_big, cudaStream_t stream,
+                        dd_error *err) {
     cu_params P;
     memset(&P, 0, sizeof P);
     P.ops = d_ops;
@@ -354,7 +361,6 @@ dd_status cu_run_program(cu_scratch *s, const cu_op *d_ops, int nops, int n, flo
     P.cnt = s->cnt;
     P.force_big = force_big;
     P.timeout_ns = s->timeout_ns;
-    CU_TRY(cudaMemsetAsync(s->err, 0x7F, 8, stream), err, "reset error flags");
     void *args[] = {&P};
     CU_TRY(cudaLaunchCooperativeKernel((const void *)cu_frame_kernel, dim3(s->grid), dim3(CU_THREADS), args,
                                        CU_SMEM_BYTES, stream),

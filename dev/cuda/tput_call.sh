@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Device call (2026-12-04, issue 14; the third of that evening): the throughput executor with its split as one block a row,
+# the epilogue on a (column, token) grid, attention and sampling as kernels of their own (the frame kernel's device
+# functions), and the split-K cost fixed. test_tput unquick + test_invariance quick, exec_ab (GPT and CSM dims
+# bf16; the frame kernel once at 256), ncu's kernel durations of one GPT B256 frame; and which executor stalls on
+# the Kyutai MLX q8 fixture (dev/cuda/hang_probe.c, each case its own process under timeout).
+# Carry build-cuda/{cuobj,obj,tobj}.   OUT=$OUT bash dev/cuda/tput_call.sh
+CALL=tput source "$(dirname "$0")/call_env.sh"
+for p in exec_ab hang_probe; do
+    cc -O2 -Iinclude dev/cuda/$p.c $B/libdepthdec.a -L/usr/local/cuda/lib64 -lcudart -lstdc++ -ljansson -lm \
+        -lpthread -o $B/$p >"$R/build_$p.log" 2>&1 || log "$p build failed"
+done
+M=tests/fixtures/kyutai_mlx_q8/model.q8.safetensors
+for ex in frame lat tput; do
+    for op in score greedy greedy_c0; do
+        DD_CUDA_TIMEOUT_S=3 timeout 12 $B/hang_probe $M $ex $op 6 >>"$R/hang.log" 2>&1
+        log "hang_probe kyutai_mlx_q8 $ex $op n=6 rc $?: $(tail -1 "$R/hang.log" | cut -c1-160)"
+    done
+done
+unset DD_TEST_QUICK
+DD_TEST_ONLY=test_tput timeout 200 $B/test_cuda >"$R/test_tput.log" 2>&1
+log "test_tput (unquick) rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$R/test_tput.log" | tr '\n' ' ') ($(el))"
+grep -E "n=|^\[  FAILED|^\[   LINE|error" "$R/test_tput.log" | head -14 | tee -a "$S"
+DD_TEST_QUICK=1 DD_TEST_ONLY=test_invariance timeout 100 $B/test_cuda >"$R/test_invariance.log" 2>&1
+log "test_invariance (quick) rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$R/test_invariance.log" | tr '\n' ' ') ($(el))"
+EXEC_AB_NOLAT=1 timeout 100 $B/exec_ab gpt bf16 10 1 8 16 32 64 128 256 512 >"$OUT/exec_ab.jsonl" 2>"$R/exec_ab_gpt.err"
+log "exec_ab gpt rc $? ($(el))"
+EXEC_AB_NOLAT=1 EXEC_AB_NOFRAME=1 timeout 90 $B/exec_ab csm bf16 6 1 8 16 32 64 128 256 >>"$OUT/exec_ab.jsonl" 2>"$R/exec_ab_csm.err"
+log "exec_ab csm rc $? ($(el))"
+python3 - "$OUT/exec_ab.jsonl" <<'PY' | tee -a "$S"
+import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    print(f"{r['model']} B{r['batch']:<4} {r['executor']:<6} {r['ms_per_frame']:8.3f} ms  {r['stream_frames_per_s']:7.0f} sf/s  codes_equal {r['codes_equal_first']}")
+PY
+cat "$R"/exec_ab_*.err | head -5 | tee -a "$S"
+EXEC_AB_WARM=0 EXEC_AB_NOFRAME=1 EXEC_AB_NOLAT=1 timeout 120 ncu --metrics gpu__time_duration.sum --csv \
+    --launch-count 3000 $B/exec_ab gpt bf16 1 256 >"$R/ncu_gpt256.csv" 2>"$R/ncu.err"
+log "ncu rc $? ($(el))"
+python3 - "$R/ncu_gpt256.csv" <<'PY' | tee -a "$S"
+import csv, sys, collections
+rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
+h = rows[0]; ki = h.index("Kernel Name"); ui = h.index("Metric Unit"); vi = h.index("Metric Value")
+agg = collections.defaultdict(lambda: [0, 0.0])
+scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "ns": 1e-3, "us": 1.0, "ms": 1e3}
+for r in rows[1:]:
+    try: v = float(r[vi].replace(",", "")) * scale.get(r[ui], 1.0)
+    except ValueError: continue
+    name = r[ki].split("(")[0]
+    agg[name][0] += 1; agg[name][1] += v
+tot = sum(a[1] for a in agg.values())
+print(f"ncu gpt bf16 B256 one frame on the throughput executor: {sum(a[0] for a in agg.values())} kernels, {tot/1e3:.3f} ms of kernel time")
+for k, (n, us) in sorted(agg.items(), key=lambda x: -x[1][1]):
+    print(f"  {k[:60]:<60} {n:5d} launches {us/1e3:8.3f} ms  {us/n:8.2f} us each")
+PY
+(cd "$OUT" && tar czf work.tgz work && rm -rf work)
+log "# done $(date -u +%FT%TZ) ($(el))"

@@ -1,0 +1,602 @@
+/* The throughput executor (issue 14, first stage): batches past the latency executor's crossover. The frame
+ * program (backend.cu, the same ops the frame kernel runs) is walked on the host; every linear whose shape and
+ * weight type suit the tensor-core tile runs as three launches on the caller's stream:
+ *   tp_split   x (T rows, ldx) fp32 -> normalised (the op's norm, the frame kernel's statistics: cu_row_stats, one
+ *              warp a row) and split into two bf16 terms, hi and lo, each (T, K) row-major: the TMA source;
+ *   tp_linear  wgmma m64nBNk16 with A = the weights (the engine's fragment layout, bulk-copied to shared memory,
+ *              fragments loaded to registers) and B = hi / lo (TMA, 128-byte swizzle); per output and chunk of
+ *              CU_CKT k-tiles a partial from +0 with, per k-tile, the hi term then the lo term; the partials added
+ *              onto the running sum in chunk order (split-K in S fixed slabs: slab 0 keeps the running sum,
+ *              later slabs store their chunk partials, added in chunk order by tp_epi);
+ *   tp_epi     the running sum (plus the slabs' partials, in order) through the frame kernel's cu_epilogue
+ *              (bias, activation / gate pair, residual, added rows).
+ * The other ops (attention, sampling and gathers, linears that do not suit the tile) run, as consecutive runs of
+ * ops, on the frame kernel (cu_launch_ops). So the numbers are the frame kernel's bit for bit: the same
+ * statistics and split, and a wgmma chain over the same k order gives the mma.sync chain's bits
+ * (dev/cuda/derisk/wgmma_bits.cu, tput_linear.cu: 64 shapes x T bit-identical on the H200).
+ *
+ * Tile: CTA = 128 weight rows (8 m-tiles) x BN tokens (BN 128 or 64), 384 threads: warpgroups 0 and 1 consume
+ * (64 rows each; warp q of warpgroup w owns m-tile 4 w + q, whose m16n8k16 A fragment is wgmma's register-A
+ * fragment of those 16 rows), warpgroup 2 produces (one thread issues every copy). A pipeline stage is half a
+ * chunk (64 k columns): the hi and lo boxes {64, BN} and the 8 m-tiles x 4 k-tiles of weights (16 KB); 4 stages.
+ * Every wait ends at the decoder's timeout (DD_CUDA_TIMEOUT_S) and flags CU_ERR_TIMEOUT instead of hanging.
+ *
+ * Requires sm_90a (wgmma, bulk tensor copies): this file is compiled for it (Makefile); on other targets the
+ * kernels are empty, the probe says so and the executor is not created. */
+#include "cu_attend.cuh"
+#include "cu_linear.cuh"
+#include "cu_sample.cuh"
+#include "cu_state.cuh"
+
+#include <cuda.h> /* CUtensorMap and its enums; the encoder comes through cudaGetDriverEntryPointByVersion */
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define TP_DEVICE 1
+#else
+#define TP_DEVICE 0
+#endif
+
+#define TP_BM 128 /* weight rows a CTA */
+#define TP_BK 64  /* k columns a stage: 4 k-tiles, half a chunk */
+#define TP_STAGES 4
+#define TP_THREADS 384
+#define TP_A_BYTES ((TP_BM / 16) * (TP_BK / 16) * 512)
+#define TP_STAGE_MAX (2 * 128 * TP_BK * 2 + TP_A_BYTES) /* BN = 128: 48 KB */
+#define TP_SMEM (TP_STAGES * TP_STAGE_MAX + 1024 /* alignment */ + 256 /* barriers */)
+#define TP_PART_BYTES ((size_t)64 << 20) /* split-K partials at most */
+static_assert(CU_CKT * 16 == 2 * TP_BK, "a chunk is two stages");
+static_assert(TP_SMEM <= 227 * 1024, "shared memory");
+
+typedef unsigned long long u64;
+
+struct tp_args {
+    float *out;           /* S == 1: the running sums (T, Nr); S > 1: [np][T][Nr], slab 0's sums first */
+    const uint8_t *wfrag; /* bf16 weights in the engine's fragment layout, Nr = MT 16 rows, KT = K / 16 */
+    int Nr, K, T, S;
+    int *err;             /* the decoder's error words: [0] = CU_ERR_TIMEOUT on a pipeline timeout */
+    u64 timeout_ns;
+};
+
+/* ---- device ------------------------------------------------------------------------------------------------ */
+__device__ __forceinline__ uint32_t tp_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ u64 tp_gtimer(void) {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+    return t;
+}
+
+#if TP_DEVICE
+__device__ __forceinline__ void tp_mbar_init(u64 *b, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(tp_smem(b)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void tp_mbar_arrive(u64 *b) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(tp_smem(b)) : "memory");
+}
+__device__ __forceinline__ void tp_mbar_expect_tx(u64 *b, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(tp_smem(b)), "r"(bytes) : "memory");
+}
+/* true once the phase of this parity completed; false at the deadline */
+__device__ __forceinline__ bool tp_mbar_wait(u64 *b, uint32_t parity, u64 deadline) {
+    const uint32_t a = tp_smem(b);
+    for (uint32_t n = 1;; n++) {
+        uint32_t ok;
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(ok)
+                     : "r"(a), "r"(parity)
+                     : "memory");
+        if (ok) return true;
+        if ((n & 63) == 0 && tp_gtimer() > deadline) return false;
+    }
+}
+__device__ __forceinline__ void tp_bulk(void *dst, const void *src, uint32_t bytes, u64 *bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     tp_smem(dst)),
+                 "l"(src), "r"(bytes), "r"(tp_smem(bar))
+                 : "memory");
+}
+/* 2D TMA load of box {TP_BK, BN} at (k0, t0), completion on bar; rows past the tensor's T read as zeros */
+__device__ __forceinline__ void tp_tma_2d(void *dst, const CUtensorMap *tm, int k0, int t0, u64 *bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+                 "[%4];" ::"r"(tp_smem(dst)),
+                 "l"((u64)tm), "r"(k0), "r"(t0), "r"(tp_smem(bar))
+                 : "memory");
+}
+/* K-major, 128B-swizzled operand at shared address a (1024-byte aligned tile; + 32 j bytes for k-tile j) */
+__device__ __forceinline__ u64 tp_desc_sw128(uint32_t a) {
+    return (u64)((a & 0x3FFFFu) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
+}
+template <int NR> __device__ __forceinline__ void tp_fence_regs(float (&d)[NR]) {
+#pragma unroll
+    for (int i = 0; i < NR; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+__device__ __forceinline__ void tp_fence_regs(uint32_t (&a)[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) asm volatile("" : "+r"(a[i])::"memory");
+}
+
+#define TP_A4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+#define TP_A16(i) TP_A4(i), TP_A4(i + 4), TP_A4(i + 8), TP_A4(i + 12)
+/* d (64 x 128 fp32) += A (64 x 16 bf16, the m16n8k16 A fragments of the warpgroup's 4 warps) . B^T (128 x 16 bf16,
+ * K-major in shared memory at descriptor db) */
+__device__ __forceinline__ void tp_wgmma(float (&d)[64], const uint32_t (&a)[4], u64 db) {
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}"
+                 : TP_A16(0), TP_A16(16), TP_A16(32), TP_A16(48)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db)
+                 : "memory");
+}
+/* the same with 64 tokens (m64n64k16) */
+__device__ __forceinline__ void tp_wgmma(float (&d)[32], const uint32_t (&a)[4], u64 db) {
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+                 "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}"
+                 : TP_A16(0), TP_A16(16)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db)
+                 : "memory");
+}
+#endif
+
+/* hi, lo (T, K) bf16 = the frame kernel's normalise + split of x (cu_stage_big: the same statistics and values).
+ * One block a row: the row into shared memory (every thread, 16-byte loads when aligned), the statistics by warp 0
+ * from there (cu_row_stats' lane order), then every thread normalises, splits and stores 8 columns at a time.
+ * K % 64 == 0; dynamic shared memory K floats. */
+__global__ void __launch_bounds__(256) tp_split(const cu_linear L, int T, uint32_t *hi, uint32_t *lo) {
+    extern __shared__ float tp_row[];
+    __shared__ float stat[2];
+    const int K = L.w.K, t = blockIdx.x, tid = threadIdx.x;
+    const float *xr = L.x + (size_t)t * L.ldx;
+    if (((uintptr_t)xr & 15) == 0)
+        for (int k = 4 * tid; k < K; k += 1024) *(float4 *)(tp_row + k) = __ldcg((const float4 *)(xr + k));
+    else
+        for (int k = tid; k < K; k += 256) tp_row[k] = __ldcg(xr + k);
+    __syncthreads();
+    if (L.norm != DD_NORM_NONE && tid < 32) {
+        float mean, rstd;
+        cu_row_stats([&](int k) { return tp_row[k]; }, K, L.norm, L.eps, tid, mean, rstd);
+        if (tid == 0) stat[0] = mean, stat[1] = rstd;
+    }
+    __syncthreads();
+    const float mean = L.norm != DD_NORM_NONE ? stat[0] : 0.0f, rstd = L.norm != DD_NORM_NONE ? stat[1] : 1.0f;
+    uint32_t *h = hi + (size_t)t * (K / 2), *l = lo + (size_t)t * (K / 2);
+    for (int k = 8 * tid; k < K; k += 2048) {
+        uint32_t w[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            w[u] = cu_split_pack(cu_norm_val(tp_row[k + u], k + u, L.norm, mean, rstd, L.norm_w, L.norm_b));
+        /* cu_split_pack: hi in the low half, lo in the high */
+        *(uint4 *)(h + k / 2) = make_uint4((w[0] & 0xFFFFu) | (w[1] << 16), (w[2] & 0xFFFFu) | (w[3] << 16),
+                                           (w[4] & 0xFFFFu) | (w[5] << 16), (w[6] & 0xFFFFu) | (w[7] << 16));
+        *(uint4 *)(l + k / 2) = make_uint4((w[0] >> 16) | (w[1] & 0xFFFF0000u), (w[2] >> 16) | (w[3] & 0xFFFF0000u),
+                                           (w[4] >> 16) | (w[5] & 0xFFFF0000u), (w[6] >> 16) | (w[7] & 0xFFFF0000u));
+    }
+}
+
+/* grid: (Nr / 128) ceil(T / BN) S CTAs of TP_THREADS; tm_hi, tm_lo: hi and lo (T, K), box {64, BN}, 128B swizzle */
+template <int BN>
+__global__ void __launch_bounds__(TP_THREADS, 1)
+    tp_linear(const __grid_constant__ CUtensorMap tm_hi, const __grid_constant__ CUtensorMap tm_lo, const tp_args a) {
+#if TP_DEVICE
+    constexpr int HI = BN * TP_BK * 2, SB = 2 * HI + TP_A_BYTES, NACC = BN / 2;
+    extern __shared__ unsigned char tp_smem_raw[];
+    unsigned char *smem = tp_smem_raw + ((1024 - (tp_smem(tp_smem_raw) & 1023)) & 1023);
+    u64 *full = (u64 *)(smem + TP_STAGES * SB), *empty = full + TP_STAGES;
+    const int TT = (a.T + BN - 1) / BN, KT = a.K / 16, NC = a.K / (16 * CU_CKT), sc = NC / a.S;
+    const int tt = blockIdx.x % TT, z = (blockIdx.x / TT) % a.S, mb = blockIdx.x / (TT * a.S);
+    const int c0 = z * sc, t0 = tt * BN, mt0 = mb * (TP_BM / 16);
+    const int wg = threadIdx.x >> 7;
+    const u64 deadline = tp_gtimer() + a.timeout_ns;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < TP_STAGES; s++) tp_mbar_init(&full[s], 1), tp_mbar_init(&empty[s], 8);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads(); /* the last block-wide barrier: the roles below never meet again */
+
+    if (wg == 2) { /* producer warpgroup: one thread issues every copy */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;" ::: "memory");
+        if (threadIdx.x != 256) return;
+        asm volatile("prefetch.tensormap [%0];" ::"l"((u64)&tm_hi) : "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"((u64)&tm_lo) : "memory");
+        int s = 0;
+        uint32_t round = 0;
+        for (int kb = 2 * c0; kb < 2 * (c0 + sc); kb++) {
+            if (round > 0 && !tp_mbar_wait(&empty[s], (round - 1) & 1u, deadline)) {
+                atomicExch(&a.err[0], CU_ERR_TIMEOUT);
+                return;
+            }
+            unsigned char *st = smem + s * SB;
+            tp_mbar_expect_tx(&full[s], (uint32_t)SB);
+            tp_tma_2d(st, &tm_hi, kb * TP_BK, t0, &full[s]);
+            tp_tma_2d(st + HI, &tm_lo, kb * TP_BK, t0, &full[s]);
+            for (int i = 0; i < TP_BM / 16; i++) /* one m-tile's 4 k-tiles: 2 KB contiguous */
+                tp_bulk(st + 2 * HI + i * 2048, a.wfrag + ((size_t)(mt0 + i) * KT + (size_t)kb * (TP_BK / 16)) * 512,
+                        2048, &full[s]);
+            if (++s == TP_STAGES) s = 0, round++;
+        }
+        return;
+    }
+
+    /* consumers: warp q of warpgroup wg owns m-tile mt0 + 4 wg + q */
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;" ::: "memory");
+    const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
+    const int aoff = 2 * HI + (wg * 4 + warp) * 2048 + lane * 16;
+    float acc[NACC], p[NACC];
+#pragma unroll
+    for (int i = 0; i < NACC; i++) acc[i] = 0.0f, p[i] = 0.0f;
+    int s = 0;
+    uint32_t round = 0;
+    const int row0 = mb * TP_BM + wg * 64 + warp * 16 + g; /* accumulator element 4 jb + e: row row0 + 8 (e >> 1),
+                                                            * token t0 + 8 jb + 2 cq + (e & 1) */
+    const size_t TN = (size_t)a.T * a.Nr;
+    auto store = [&](float *dst, const float (&v)[NACC]) {
+#pragma unroll
+        for (int jb = 0; jb < BN / 8; jb++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int t = t0 + 8 * jb + 2 * cq + (e & 1);
+                if (t < a.T) dst[(size_t)t * a.Nr + row0 + 8 * (e >> 1)] = v[4 * jb + e];
+            }
+    };
+    for (int c = c0; c < c0 + sc; c++) {
+        uint32_t af[2][4][4];
+        int used[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            if (!__all_sync(0xFFFFFFFFu, tp_mbar_wait(&full[s], round & 1u, deadline))) {
+                if (lane == 0) atomicExch(&a.err[0], CU_ERR_TIMEOUT);
+                asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+                return;
+            }
+            const unsigned char *st = smem + s * SB;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const uint4 v = *(const uint4 *)(st + aoff + j * 512);
+                af[h][j][0] = v.x, af[h][j][1] = v.y, af[h][j][2] = v.z, af[h][j][3] = v.w;
+                tp_fence_regs(af[h][j]);
+            }
+            const uint32_t hb = tp_smem(st), lb = tp_smem(st + HI);
+            if (h == 0) tp_fence_regs(p); /* p's zeroing stays above the fence */
+            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+            for (int j = 0; j < 4; j++) { /* the contract's term order per k-tile: hi, then lo */
+                tp_wgmma(p, af[h][j], tp_desc_sw128(hb + 32 * j));
+                tp_wgmma(p, af[h][j], tp_desc_sw128(lb + 32 * j));
+            }
+            asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+            used[h] = s;
+            if (++s == TP_STAGES) s = 0, round++;
+        }
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); /* half 0 done: its stage can be refilled */
+        __syncwarp();
+        if (lane == 0) tp_mbar_arrive(&empty[used[0]]);
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        tp_fence_regs(p);
+        __syncwarp();
+        if (lane == 0) tp_mbar_arrive(&empty[used[1]]);
+        if (z == 0) {
+#pragma unroll
+            for (int i = 0; i < NACC; i++) acc[i] = acc[i] + p[i]; /* chunk order: acc = acc + p_c */
+        } else {
+            store(a.out + (size_t)(c - sc + 1) * TN, p); /* a later slab: the partial itself, added by tp_epi */
+        }
+#pragma unroll
+        for (int i = 0; i < NACC; i++) p[i] = 0.0f; /* the next chunk's partial starts from +0 */
+    }
+    if (z == 0) store(a.out, acc);
+#endif
+}
+
+/* y = cu_epilogue of the running sums: src[0] (T, Nr), plus src[q] for q < np in order (the later slabs' chunk
+ * partials); gate/up pairs: m-tile 2 u gates and 2 u + 1 is up for outputs 16 u .. 16 u + 15 (cu_gemm_big).
+ * grid (ceil(N / 256), T) */
+__global__ void __launch_bounds__(256) tp_epi(const cu_linear L, int T, const float *src, int np, int Nr) {
+    const int j = blockIdx.x * 256 + threadIdx.x, t = blockIdx.y;
+    if (j >= L.w.N) return;
+    const size_t TN = (size_t)T * Nr;
+    const int r = L.w.pair ? 32 * (j >> 4) + (j & 15) : j;
+    const float *p = src + (size_t)t * Nr + r;
+    float a = __ldcg(p), u = L.w.pair ? __ldcg(p + 16) : 0.0f;
+    for (int q = 1; q < np; q++) {
+        a = a + __ldcg(p + q * TN);
+        if (L.w.pair) u = u + __ldcg(p + q * TN + 16);
+    }
+    cu_epilogue(L, t, j, a, u);
+}
+
+/* one attention op of the frame (the frame kernel's fast schedule, cu_attend_fast: the same arithmetic), one warp
+ * a query item (stream, position, q head) in the frame kernel's item order; dynamic shared memory 8 warps x
+ * cu_attend_fast_floats */
+__global__ void __launch_bounds__(256) tp_attend(const cu_attend A, int n) {
+    extern __shared__ float tp_ws[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, it = blockIdx.x * 8 + warp;
+    if (it >= n * A.P * A.H) return;
+    const int h = it % A.H, r = it / A.H, i = r % A.P, s = r / A.P;
+    cu_attend_fast(A, s, i, h, tp_ws + (size_t)warp * cu_attend_fast_floats(&A), lane);
+}
+
+/* one sampling op of the frame (the frame kernel's cu_sample_stream), one block of CU_THREADS a stream; dynamic
+ * shared memory: the logits row (V floats) when it fits CU_ACT_BYTES */
+__global__ void __launch_bounds__(CU_THREADS) tp_sample(const cu_sample S, const cu_params P) {
+    extern __shared__ float tp_zs[];
+    __shared__ unsigned hist[256], hist2[256], list[256];
+    __shared__ int sel[4], ri[28];
+    __shared__ float rv[16];
+    const cu_samp_smem SS = {hist, sel, rv, ri, hist2, list};
+    cu_sample_stream(S, P, blockIdx.x, tp_zs, SS);
+}
+
+__global__ void tp_probe(int *ok) { *ok = TP_DEVICE; }
+
+/* ---- host -------------------------------------------------------------------------------------------------- */
+typedef CUresult (*tp_encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                 const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+/* A frame's launches captured as a CUDA graph, replayed for later calls of the same (program, n, sampling): the
+ * ~1,700 launches of a frame cost ~15 ms on the host, their replay a few microseconds each on the device. A key is
+ * captured once seen twice (a server whose batch size varies should not pay a capture for every size). */
+#define TP_GRAPHS 16
+#define TP_SEEN 64
+typedef struct tp_key {
+    int v, n, topk;
+    float temp;
+} tp_key;
+typedef struct tp_graph {
+    tp_key k;
+    cudaGraphExec_t exec; /* NULL: empty slot */
+    unsigned long long used;
+} tp_graph;
+
+struct tp_exec {
+    cu_state *st;
+    cudaStream_t cap; /* the capture stream (created on first use) */
+    tp_graph g[TP_GRAPHS];
+    tp_key seen[TP_SEEN];
+    int nseen;
+    unsigned long long tick;
+    tp_encode_fn encode;
+    int sms;
+    int tmax;           /* tokens of the largest linear (2 per stream: pass 1) */
+    uint32_t *hi, *lo;  /* (tmax, kmax) bf16 each */
+    float *sums;        /* (tmax, nmax) */
+    float *part;        /* TP_PART_BYTES */
+    int kmax, nmax;
+};
+
+static size_t tp_attend_smem(const cu_attend *A) { return (size_t)8 * cu_attend_fast_floats(A) * 4; }
+static int tp_attend_ok(const cu_attend *A) { return tp_attend_smem(A) <= 48 * 1024; }
+
+/* 1 when linear L (T tokens) runs on the tile: bf16 weights, K % 128 == 0 (and <= 12288: tp_split's row in
+ * shared memory), 128-row blocks */
+static int tp_suits(const tp_exec *x, const cu_linear *L, int T) {
+    const cu_mat *w = &L->w;
+    return w->wm == WM_BF16 && w->type == DD_BF16 && w->tile_bytes == 512 && w->K == w->KT * 16 && w->K % 128 == 0 &&
+           w->MT % 8 == 0 && w->K <= 12288 && w->K <= x->kmax && w->MT * 16 <= x->nmax && T <= x->tmax;
+}
+
+static dd_status tp_map(const tp_exec *x, CUtensorMap *m, const uint32_t *base, int T, int K, int bn, dd_error *err) {
+    const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)T}, strides[1] = {(cuuint64_t)K * 2};
+    const cuuint32_t box[2] = {TP_BK, (cuuint32_t)bn}, es[2] = {1, 1};
+    CUresult r = x->encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)base, dims, strides, box, es,
+                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                           CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return dd_fail(err, DD_EUNSUPPORTED, "backend cuda: tensor map of %d x %d activations: error %d", T, K, (int)r);
+    return DD_OK;
+}
+
+/* The tile and split of a linear: the fewest estimated cycles of the busiest SM (waves x BN x K / S / 4: a CTA's
+ * two-term MMAs at 1024 FMA a cycle) plus the split's partials (written and read, ~16 bytes a cycle an SM) */
+static void tp_shape(const tp_exec *x, int Nr, int K, int T, int *bn_out, int *s_out) {
+    const int NC = K / (16 * CU_CKT);
+    double best = 1e30;
+    *bn_out = 128, *s_out = 1;
+    for (int bn = 64; bn <= 128; bn *= 2)
+        for (int S = 1; S <= NC && S <= 16; S *= 2) {
+            if (NC % S) continue;
+            const size_t np = (size_t)NC - NC / S + 1, pb = np * T * Nr * 4;
+            if (S > 1 && pb > TP_PART_BYTES) continue;
+            const long tiles = (long)(Nr / TP_BM) * ((T + bn - 1) / bn) * S, waves = (tiles + x->sms - 1) / x->sms;
+            const double cyc = (double)waves * bn * (K / S) / 4.0 + (S > 1 ? 2.0 * pb / (16.0 * x->sms) : 0.0) +
+                               (double)tiles * 8.0; /* a little per CTA: prefer fewer at a tie */
+            if (cyc < best) best = cyc, *bn_out = bn, *s_out = S;
+        }
+}
+
+static dd_status tp_run_linear(tp_exec *x, const cu_linear *L, int T, cudaStream_t stream, dd_error *err) {
+    const int K = L->w.K, Nr = L->w.MT * 16, NC = K / (16 * CU_CKT);
+    int bn, S;
+    tp_shape(x, Nr, K, T, &bn, &S);
+    CUtensorMap mh, ml;
+    dd_status s;
+    if ((s = tp_map(x, &mh, x->hi, T, K, bn, err)) || (s = tp_map(x, &ml, x->lo, T, K, bn, err))) return s;
+    tp_split<<<T, 256, (size_t)K * 4, stream>>>(*L, T, x->hi, x->lo);
+    float *out = S == 1 ? x->sums : x->part;
+    tp_args a = {out, L->w.frag, Nr, K, T, S, x->st->sc.err, x->st->sc.timeout_ns};
+    const int tiles = (Nr / TP_BM) * ((T + bn - 1) / bn) * S;
+    if (bn == 128) tp_linear<128><<<tiles, TP_THREADS, TP_SMEM, stream>>>(mh, ml, a);
+    else tp_linear<64><<<tiles, TP_THREADS, TP_SMEM, stream>>>(mh, ml, a);
+    const int np = S == 1 ? 1 : NC - NC / S + 1;
+    tp_epi<<<dim3((L->w.N + 255) / 256, T), 256, 0, stream>>>(*L, T, out, np, Nr);
+    CU_TRY(cudaGetLastError(), err, "throughput executor launch");
+    return DD_OK;
+}
+
+dd_status tp_create(tp_exec **out, cu_state *st, int max_tokens, dd_error *err) {
+    *out = NULL;
+    int dev = 0, major = 0, sms = 0;
+    if (cudaGetDevice(&dev) || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) {
+        cudaGetLastError();
+        return DD_OK;
+    }
+    if (major != 9) return DD_OK;
+    void *f = NULL;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess || !f) {
+        cudaGetLastError();
+        return DD_OK;
+    }
+    int *d_ok = NULL, ok = 0;
+    CU_TRY(cudaMalloc(&d_ok, sizeof(int)), err, "throughput executor probe");
+    tp_probe<<<1, 1>>>(d_ok);
+    cudaError_t ce = cudaMemcpy(&ok, d_ok, sizeof(int), cudaMemcpyDeviceToHost);
+    cudaFree(d_ok);
+    if (ce != cudaSuccess) {
+        cudaGetLastError();
+        return DD_OK; /* no sm_90a code in this build for this device */
+    }
+    if (!ok) return DD_OK;
+    CU_TRY(cudaFuncSetAttribute(tp_linear<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, TP_SMEM), err,
+           "throughput executor shared memory");
+    CU_TRY(cudaFuncSetAttribute(tp_linear<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, TP_SMEM), err,
+           "throughput executor shared memory");
+    CU_TRY(cudaFuncSetAttribute(tp_sample, cudaFuncAttributeMaxDynamicSharedMemorySize, CU_ACT_BYTES), err,
+           "throughput executor shared memory");
+    /* the widest K and rows of the linears that suit the tile */
+    int kmax = 0, nmax = 0;
+    for (int v = 0; v < NPROG; v++)
+        for (int i = 0; i < st->nprog[v]; i++) {
+            const cu_op *o = &st->h_prog[v][i];
+            if (o->type != CU_OP_LINEAR) continue;
+            if (o->lin.w.K > kmax) kmax = o->lin.w.K;
+            if (o->lin.w.MT * 16 > nmax) nmax = o->lin.w.MT * 16;
+        }
+    tp_exec *x = (tp_exec *)calloc(1, sizeof *x);
+    if (!x) return dd_fail(err, DD_ENOMEM, "backend cuda: out of memory");
+    x->st = st, x->encode = (tp_encode_fn)f, x->sms = sms, x->tmax = max_tokens, x->kmax = kmax, x->nmax = nmax;
+    *out = x;
+    const size_t hb = (size_t)max_tokens * kmax * 2;
+    CU_TRY(cudaMalloc(&x->hi, hb), err, "throughput executor buffers");
+    CU_TRY(cudaMalloc(&x->lo, hb), err, "throughput executor buffers");
+    CU_TRY(cudaMalloc(&x->sums, (size_t)max_tokens * nmax * 4), err, "throughput executor buffers");
+    CU_TRY(cudaMalloc(&x->part, TP_PART_BYTES), err, "throughput executor buffers");
+    return DD_OK;
+}
+
+void tp_free(tp_exec *x) {
+    if (!x) return;
+    for (int i = 0; i < TP_GRAPHS; i++)
+        if (x->g[i].exec) cudaGraphExecDestroy(x->g[i].exec);
+    if (x->cap) cudaStreamDestroy(x->cap);
+    cudaFree(x->hi), cudaFree(x->lo), cudaFree(x->sums), cudaFree(x->part);
+    free(x);
+}
+
+/* The launches of one frame of program v for n streams (inputs in st->d_in) on `stream`: the linears that suit
+ * the tile on it, every run of other ops on the frame kernel. */
+static dd_status tp_enqueue(tp_exec *x, int v, int n, float temp, int topk, cudaStream_t stream, dd_error *err) {
+    cu_state *st = x->st;
+    const cu_op *ops = st->h_prog[v];
+    const int nops = st->nprog[v];
+    const uint64_t *seeds = (const uint64_t *)(st->d_in + st->off_seeds),
+                   *frames = (const uint64_t *)(st->d_in + st->off_frames);
+    CU_TRY(cudaMemsetAsync(st->sc.err, 0x7F, 8, stream), err, "reset error flags");
+    cu_params P; /* what the sampling ops read of the frame kernel's parameters */
+    memset(&P, 0, sizeof P);
+    P.n = n, P.temp = temp, P.topk = topk, P.seeds = seeds, P.frames = frames, P.err = st->sc.err;
+    dd_status s;
+    for (int i = 0; i < nops;) {
+        const cu_op *o = &ops[i];
+        if (o->type == CU_OP_LINEAR && tp_suits(x, &o->lin, cu_lin_T(&o->lin, n))) {
+            if ((s = tp_run_linear(x, &o->lin, cu_lin_T(&o->lin, n), stream, err))) return s;
+            i++;
+            continue;
+        }
+        if (o->type == CU_OP_ATTEND && tp_attend_ok(&o->att)) {
+            const int items = n * o->att.P * o->att.H;
+            tp_attend<<<(items + 7) / 8, 256, tp_attend_smem(&o->att), stream>>>(o->att, n);
+            i++;
+            continue;
+        }
+        if (o->type == CU_OP_SAMPLE) {
+            const size_t zs = (size_t)o->smp.V * 4 <= CU_ACT_BYTES ? (size_t)o->smp.V * 4 : 0;
+            tp_sample<<<n, CU_THREADS, zs, stream>>>(o->smp, P);
+            i++;
+            continue;
+        }
+        int j = i + 1; /* a run of the other ops (linears that do not suit the tile) on the frame kernel */
+        while (j < nops && ops[j].type == CU_OP_LINEAR && !tp_suits(x, &ops[j].lin, cu_lin_T(&ops[j].lin, n))) j++;
+        if ((s = cu_launch_ops(&st->sc, st->d_prog[v] + i, j - i, n, temp, topk, seeds, frames, 0, stream, err))) return s;
+        i = j;
+    }
+    CU_TRY(cudaGetLastError(), err, "throughput executor launch");
+    return DD_OK;
+}
+
+static int tp_same(const tp_key *a, const tp_key *b) {
+    return a->v == b->v && a->n == b->n && a->topk == b->topk && memcmp(&a->temp, &b->temp, sizeof a->temp) == 0;
+}
+
+/* The frame captured on x->cap and instantiated into slot *g (the least recently used one is replaced) */
+static dd_status tp_capture(tp_exec *x, const tp_key *k, tp_graph **out, dd_error *err) {
+    if (!x->cap) CU_TRY(cudaStreamCreateWithFlags(&x->cap, cudaStreamNonBlocking), err, "capture stream");
+    tp_graph *g = &x->g[0];
+    for (int i = 1; i < TP_GRAPHS && g->exec; i++)
+        if (!x->g[i].exec || x->g[i].used < g->used) g = &x->g[i];
+    CU_TRY(cudaStreamBeginCapture(x->cap, cudaStreamCaptureModeThreadLocal), err, "frame capture");
+    dd_status s = tp_enqueue(x, k->v, k->n, k->temp, k->topk, x->cap, err);
+    cudaGraph_t graph = NULL;
+    cudaError_t ce = cudaStreamEndCapture(x->cap, &graph);
+    if (!s && ce != cudaSuccess)
+        s = dd_fail(err, DD_EUNSUPPORTED, "backend cuda: frame capture: %s", cudaGetErrorString(ce));
+    cudaGraphExec_t exec = NULL;
+    if (!s && (ce = cudaGraphInstantiate(&exec, graph, 0)) != cudaSuccess)
+        s = dd_fail(err, DD_EUNSUPPORTED, "backend cuda: frame graph: %s", cudaGetErrorString(ce));
+    if (graph) cudaGraphDestroy(graph);
+    if (s) {
+        cudaGetLastError();
+        return s;
+    }
+    if (g->exec) cudaGraphExecDestroy(g->exec);
+    g->k = *k, g->exec = exec;
+    *out = g;
+    return DD_OK;
+}
+
+/* 1 when every linear of every program runs on the tile (a model whose linears do not, quantized weights or widths
+ * off the tile, would run them on the frame kernel: slower than the latency executor's groups) */
+int tp_covers(const tp_exec *x) {
+    if (!x) return 0;
+    for (int v = 0; v < NPROG; v++)
+        for (int i = 0; i < x->st->nprog[v]; i++) {
+            const cu_op *o = &x->st->h_prog[v][i];
+            if (o->type == CU_OP_LINEAR && !tp_suits(x, &o->lin, 1)) return 0;
+        }
+    return 1;
+}
+
+/* One frame of program v for n streams on `stream`, no host synchronisation: inside a caller's stream capture the
+ * launches themselves; else the frame's graph when (v, n, sampling) was seen before, captured the second time. */
+dd_status tp_run(tp_exec *x, int v, int n, float temp, int topk, cudaStream_t stream, dd_error *err) {
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    CU_TRY(cudaStreamIsCapturing(stream, &cs), err, "stream capture status");
+    if (cs != cudaStreamCaptureStatusNone) return tp_enqueue(x, v, n, temp, topk, stream, err);
+    const tp_key k = {v, n, topk, temp};
+    tp_graph *g = NULL;
+    for (int i = 0; i < TP_GRAPHS && !g; i++)
+        if (x->g[i].exec && tp_same(&x->g[i].k, &k)) g = &x->g[i];
+    if (!g) {
+        int seen = 0;
+        for (int i = 0; i < x->nseen && !seen; i++) seen = tp_same(&x->seen[i], &k);
+        if (!seen) {
+            x->seen[x->nseen < TP_SEEN ? x->nseen++ : (int)(x->tick % TP_SEEN)] = k;
+            x->tick++;
+            return tp_enqueue(x, v, n, temp, topk, stream, err);
+        }
+        dd_status s = tp_capture(x, &k, &g, err);
+        if (s) return s;
+    }
+    g->used = ++x->tick;
+    CU_TRY(cudaGraphLaunch(g->exec, stream), err, "frame graph launch");
+    return DD_OK;
+}
