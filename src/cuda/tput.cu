@@ -32,6 +32,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <utility>
+
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define TP_DEVICE 1
 #else
@@ -61,6 +63,12 @@ struct tp_args {
 
 /* ---- device ------------------------------------------------------------------------------------------------ */
 __device__ __forceinline__ uint32_t tp_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+/* Programmatic dependent launch (every kernel of this executor is launched with it): a kernel lets the next one
+ * start as soon as its blocks run (trigger), and waits for the previous kernel's completion and memory before its
+ * first access to anything an earlier kernel writes or reads (wait); the weights, which no kernel writes, may be
+ * requested before. Both are no-ops for a kernel launched without the attribute. */
+__device__ __forceinline__ void tp_pdl_trigger(void) { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void tp_pdl_wait(void) { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ u64 tp_gtimer(void) {
     u64 t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
@@ -152,6 +160,8 @@ __device__ __forceinline__ void tp_wgmma(float (&d)[32], const uint32_t (&a)[4],
 __global__ void __launch_bounds__(256) tp_split(const cu_linear L, int T, uint32_t *hi, uint32_t *lo) {
     extern __shared__ float tp_row[];
     __shared__ float stat[2];
+    tp_pdl_trigger();
+    tp_pdl_wait();
     const int K = L.w.K, t = blockIdx.x, tid = threadIdx.x;
     const float *xr = L.x + (size_t)t * L.ldx;
     if (((uintptr_t)xr & 15) == 0)
@@ -180,7 +190,7 @@ __global__ void __launch_bounds__(256) tp_split(const cu_linear L, int T, uint32
     }
 }
 
-/* grid: (Nr / 128) ceil(T / BN) S CTAs of TP_THREADS; tm_hi, tm_lo: hi and lo (T, K), box {64, BN}, 128B swizzle */
+/* grid: ceil(Nr / 128) ceil(T / BN) S CTAs of TP_THREADS; tm_hi, tm_lo: hi and lo (T, K), box {64, BN}, 128B swizzle */
 template <int BN>
 __global__ void __launch_bounds__(TP_THREADS, 1)
     tp_linear(const __grid_constant__ CUtensorMap tm_hi, const __grid_constant__ CUtensorMap tm_lo, const tp_args a) {
@@ -191,7 +201,7 @@ __global__ void __launch_bounds__(TP_THREADS, 1)
     u64 *full = (u64 *)(smem + TP_STAGES * SB), *empty = full + TP_STAGES;
     const int TT = (a.T + BN - 1) / BN, KT = a.K / 16, NC = a.K / (16 * CU_CKT), sc = NC / a.S;
     const int tt = blockIdx.x % TT, z = (blockIdx.x / TT) % a.S, mb = blockIdx.x / (TT * a.S);
-    const int c0 = z * sc, t0 = tt * BN, mt0 = mb * (TP_BM / 16);
+    const int c0 = z * sc, t0 = tt * BN, mt0 = mb * (TP_BM / 16), MT = a.Nr / 16;
     const int wg = threadIdx.x >> 7;
     const u64 deadline = tp_gtimer() + a.timeout_ns;
     if (threadIdx.x == 0) {
@@ -199,26 +209,38 @@ __global__ void __launch_bounds__(TP_THREADS, 1)
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads(); /* the last block-wide barrier: the roles below never meet again */
+    tp_pdl_trigger();
 
     if (wg == 2) { /* producer warpgroup: one thread issues every copy */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;" ::: "memory");
         if (threadIdx.x != 256) return;
         asm volatile("prefetch.tensormap [%0];" ::"l"((u64)&tm_hi) : "memory");
         asm volatile("prefetch.tensormap [%0];" ::"l"((u64)&tm_lo) : "memory");
+        const int kb0 = 2 * c0, kb1 = 2 * (c0 + sc);
+        auto weights = [&](int kb, int s) { /* one m-tile's 4 k-tiles: 2 KB contiguous */
+            for (int i = 0; i < TP_BM / 16; i++)
+                tp_bulk(smem + s * SB + 2 * HI + i * 2048,
+                        a.wfrag + ((size_t)min(mt0 + i, MT - 1) * KT + (size_t)kb * (TP_BK / 16)) * 512, 2048,
+                        &full[s]); /* m-tiles past the matrix (MT % 8 != 0): a copy of its last, outputs unused */
+        };
+        int pre = 0; /* stages whose weights are requested before the previous kernel ends */
+        for (; pre < TP_STAGES && kb0 + pre < kb1; pre++) {
+            tp_mbar_expect_tx(&full[pre], (uint32_t)SB);
+            weights(kb0 + pre, pre);
+        }
+        tp_pdl_wait(); /* the activations (and the outputs the consumers will write) are free from here */
         int s = 0;
         uint32_t round = 0;
-        for (int kb = 2 * c0; kb < 2 * (c0 + sc); kb++) {
+        for (int kb = kb0; kb < kb1; kb++) {
             if (round > 0 && !tp_mbar_wait(&empty[s], (round - 1) & 1u, deadline)) {
                 atomicExch(&a.err[0], CU_ERR_TIMEOUT);
                 return;
             }
             unsigned char *st = smem + s * SB;
-            tp_mbar_expect_tx(&full[s], (uint32_t)SB);
+            if (kb - kb0 >= pre) tp_mbar_expect_tx(&full[s], (uint32_t)SB);
             tp_tma_2d(st, &tm_hi, kb * TP_BK, t0, &full[s]);
             tp_tma_2d(st + HI, &tm_lo, kb * TP_BK, t0, &full[s]);
-            for (int i = 0; i < TP_BM / 16; i++) /* one m-tile's 4 k-tiles: 2 KB contiguous */
-                tp_bulk(st + 2 * HI + i * 2048, a.wfrag + ((size_t)(mt0 + i) * KT + (size_t)kb * (TP_BK / 16)) * 512,
-                        2048, &full[s]);
+            if (kb - kb0 >= pre) weights(kb, s);
             if (++s == TP_STAGES) s = 0, round++;
         }
         return;
@@ -242,7 +264,7 @@ __global__ void __launch_bounds__(TP_THREADS, 1)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int t = t0 + 8 * jb + 2 * cq + (e & 1);
-                if (t < a.T) dst[(size_t)t * a.Nr + row0 + 8 * (e >> 1)] = v[4 * jb + e];
+                if (t < a.T && row0 + 8 * (e >> 1) < a.Nr) dst[(size_t)t * a.Nr + row0 + 8 * (e >> 1)] = v[4 * jb + e];
             }
     };
     for (int c = c0; c < c0 + sc; c++) {
@@ -297,7 +319,10 @@ __global__ void __launch_bounds__(TP_THREADS, 1)
 /* y = cu_epilogue of the running sums: src[0] (T, Nr), plus src[q] for q < np in order (the later slabs' chunk
  * partials); gate/up pairs: m-tile 2 u gates and 2 u + 1 is up for outputs 16 u .. 16 u + 15 (cu_gemm_big).
  * grid (ceil(N / 256), T) */
-__global__ void __launch_bounds__(256) tp_epi(const cu_linear L, int T, const float *src, int np, int Nr) {
+__global__ void __launch_bounds__(256) tp_epi(const cu_linear L, int T, const float *src, int np, int Nr,
+                                              uint16_t *hi, uint16_t *lo) {
+    tp_pdl_trigger();
+    tp_pdl_wait();
     const int j = blockIdx.x * 256 + threadIdx.x, t = blockIdx.y;
     if (j >= L.w.N) return;
     const size_t TN = (size_t)T * Nr;
@@ -309,6 +334,10 @@ __global__ void __launch_bounds__(256) tp_epi(const cu_linear L, int T, const fl
         if (L.w.pair) u = u + __ldcg(p + q * TN + 16);
     }
     cu_epilogue(L, t, j, a, u);
+    if (hi) { /* the next linear reads these rows without a norm: its split (tp_split's values) here */
+        const uint32_t w = cu_split_pack(__ldcg(L.y + (size_t)t * L.ldy + j));
+        hi[(size_t)t * L.w.N + j] = (uint16_t)(w & 0xFFFFu), lo[(size_t)t * L.w.N + j] = (uint16_t)(w >> 16);
+    }
 }
 
 /* one attention op of the frame (the frame kernel's fast schedule, cu_attend_fast: the same arithmetic), one warp
@@ -316,6 +345,8 @@ __global__ void __launch_bounds__(256) tp_epi(const cu_linear L, int T, const fl
  * cu_attend_fast_floats */
 __global__ void __launch_bounds__(256) tp_attend(const cu_attend A, int n) {
     extern __shared__ float tp_ws[];
+    tp_pdl_trigger();
+    tp_pdl_wait();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, it = blockIdx.x * 8 + warp;
     if (it >= n * A.P * A.H) return;
     const int h = it % A.H, r = it / A.H, i = r % A.P, s = r / A.P;
@@ -330,6 +361,8 @@ __global__ void __launch_bounds__(CU_THREADS) tp_sample(const cu_sample S, const
     __shared__ int sel[4], ri[28];
     __shared__ float rv[16];
     const cu_samp_smem SS = {hist, sel, rv, ri, hist2, list};
+    tp_pdl_trigger();
+    tp_pdl_wait();
     cu_sample_stream(S, P, blockIdx.x, tp_zs, SS);
 }
 
@@ -375,11 +408,11 @@ static size_t tp_attend_smem(const cu_attend *A) { return (size_t)8 * cu_attend_
 static int tp_attend_ok(const cu_attend *A) { return tp_attend_smem(A) <= 48 * 1024; }
 
 /* 1 when linear L (T tokens) runs on the tile: bf16 weights, K % 128 == 0 (and <= 12288: tp_split's row in
- * shared memory), 128-row blocks */
+ * shared memory) */
 static int tp_suits(const tp_exec *x, const cu_linear *L, int T) {
     const cu_mat *w = &L->w;
     return w->wm == WM_BF16 && w->type == DD_BF16 && w->tile_bytes == 512 && w->K == w->KT * 16 && w->K % 128 == 0 &&
-           w->MT % 8 == 0 && w->K <= 12288 && w->K <= x->kmax && w->MT * 16 <= x->nmax && T <= x->tmax;
+           w->K <= 12288 && w->K <= x->kmax && w->MT * 16 <= x->nmax && T <= x->tmax;
 }
 
 static dd_status tp_map(const tp_exec *x, CUtensorMap *m, const uint32_t *base, int T, int K, int bn, dd_error *err) {
@@ -404,30 +437,56 @@ static void tp_shape(const tp_exec *x, int Nr, int K, int T, int *bn_out, int *s
             if (NC % S) continue;
             const size_t np = (size_t)NC - NC / S + 1, pb = np * T * Nr * 4;
             if (S > 1 && pb > TP_PART_BYTES) continue;
-            const long tiles = (long)(Nr / TP_BM) * ((T + bn - 1) / bn) * S, waves = (tiles + x->sms - 1) / x->sms;
+            const long tiles = (long)((Nr + TP_BM - 1) / TP_BM) * ((T + bn - 1) / bn) * S, waves = (tiles + x->sms - 1) / x->sms;
             const double cyc = (double)waves * bn * (K / S) / 4.0 + (S > 1 ? 2.0 * pb / (16.0 * x->sms) : 0.0) +
                                (double)tiles * 8.0; /* a little per CTA: prefer fewer at a tie */
             if (cyc < best) best = cyc, *bn_out = bn, *s_out = S;
         }
 }
 
-static dd_status tp_run_linear(tp_exec *x, const cu_linear *L, int T, cudaStream_t stream, dd_error *err) {
+/* a kernel of this executor on `stream` with programmatic dependent launch (tp_pdl_trigger / tp_pdl_wait) */
+template <typename... P, typename... A>
+static cudaError_t tp_launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, A &&...args) {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = stream;
+    cfg.attrs = at, cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, k, std::forward<A>(args)...);
+}
+
+/* Linear L on T tokens: its split (unless split_done: the previous linear's epilogue wrote it), the tile, the
+ * epilogue (with split_next: also the split of its output rows, which the next linear reads without a norm) */
+static dd_status tp_run_linear(tp_exec *x, const cu_linear *L, int T, int split_done, int split_next,
+                               cudaStream_t stream, dd_error *err) {
     const int K = L->w.K, Nr = L->w.MT * 16, NC = K / (16 * CU_CKT);
     int bn, S;
     tp_shape(x, Nr, K, T, &bn, &S);
     CUtensorMap mh, ml;
     dd_status s;
     if ((s = tp_map(x, &mh, x->hi, T, K, bn, err)) || (s = tp_map(x, &ml, x->lo, T, K, bn, err))) return s;
-    tp_split<<<T, 256, (size_t)K * 4, stream>>>(*L, T, x->hi, x->lo);
+    if (!split_done)
+        CU_TRY(tp_launch(tp_split, dim3(T), dim3(256), (size_t)K * 4, stream, *L, T, x->hi, x->lo), err,
+               "throughput executor launch");
     float *out = S == 1 ? x->sums : x->part;
     tp_args a = {out, L->w.frag, Nr, K, T, S, x->st->sc.err, x->st->sc.timeout_ns};
-    const int tiles = (Nr / TP_BM) * ((T + bn - 1) / bn) * S;
-    if (bn == 128) tp_linear<128><<<tiles, TP_THREADS, TP_SMEM, stream>>>(mh, ml, a);
-    else tp_linear<64><<<tiles, TP_THREADS, TP_SMEM, stream>>>(mh, ml, a);
+    const int tiles = ((Nr + TP_BM - 1) / TP_BM) * ((T + bn - 1) / bn) * S;
+    CU_TRY(bn == 128 ? tp_launch(tp_linear<128>, dim3(tiles), dim3(TP_THREADS), TP_SMEM, stream, mh, ml, a)
+                     : tp_launch(tp_linear<64>, dim3(tiles), dim3(TP_THREADS), TP_SMEM, stream, mh, ml, a),
+           err, "throughput executor launch");
     const int np = S == 1 ? 1 : NC - NC / S + 1;
-    tp_epi<<<dim3((L->w.N + 255) / 256, T), 256, 0, stream>>>(*L, T, out, np, Nr);
-    CU_TRY(cudaGetLastError(), err, "throughput executor launch");
+    uint16_t *hn = split_next ? (uint16_t *)x->hi : NULL, *ln = split_next ? (uint16_t *)x->lo : NULL;
+    CU_TRY(tp_launch(tp_epi, dim3((L->w.N + 255) / 256, T), dim3(256), 0, stream, *L, T, (const float *)out, np, Nr,
+                     hn, ln),
+           err, "throughput executor launch");
     return DD_OK;
+}
+
+/* 1 when linear b reads exactly the rows linear a writes, without a norm (fc2 after fc1): a's epilogue can write
+ * b's split */
+static int tp_chains(const cu_linear *a, const cu_linear *b) {
+    return b->norm == DD_NORM_NONE && b->x == a->y && b->ldx == a->ldy && b->w.K == a->w.N && b->tmul == a->tmul;
 }
 
 dd_status tp_create(tp_exec **out, cu_state *st, int max_tokens, dd_error *err) {
@@ -505,22 +564,30 @@ static dd_status tp_enqueue(tp_exec *x, int v, int n, float temp, int topk, cuda
     memset(&P, 0, sizeof P);
     P.n = n, P.temp = temp, P.topk = topk, P.seeds = seeds, P.frames = frames, P.err = st->sc.err;
     dd_status s;
+    int split_done = 0;
     for (int i = 0; i < nops;) {
         const cu_op *o = &ops[i];
         if (o->type == CU_OP_LINEAR && tp_suits(x, &o->lin, cu_lin_T(&o->lin, n))) {
-            if ((s = tp_run_linear(x, &o->lin, cu_lin_T(&o->lin, n), stream, err))) return s;
+            const cu_op *nx = i + 1 < nops ? &ops[i + 1] : NULL;
+            const int chain = nx && nx->type == CU_OP_LINEAR && tp_suits(x, &nx->lin, cu_lin_T(&nx->lin, n)) &&
+                              tp_chains(&o->lin, &nx->lin);
+            if ((s = tp_run_linear(x, &o->lin, cu_lin_T(&o->lin, n), split_done, chain, stream, err))) return s;
+            split_done = chain;
             i++;
             continue;
         }
+        split_done = 0;
         if (o->type == CU_OP_ATTEND && tp_attend_ok(&o->att)) {
             const int items = n * o->att.P * o->att.H;
-            tp_attend<<<(items + 7) / 8, 256, tp_attend_smem(&o->att), stream>>>(o->att, n);
+            CU_TRY(tp_launch(tp_attend, dim3((items + 7) / 8), dim3(256), tp_attend_smem(&o->att), stream, o->att, n),
+                   err, "throughput executor launch");
             i++;
             continue;
         }
         if (o->type == CU_OP_SAMPLE) {
             const size_t zs = (size_t)o->smp.V * 4 <= CU_ACT_BYTES ? (size_t)o->smp.V * 4 : 0;
-            tp_sample<<<n, CU_THREADS, zs, stream>>>(o->smp, P);
+            CU_TRY(tp_launch(tp_sample, dim3(n), dim3(CU_THREADS), zs, stream, o->smp, P), err,
+                   "throughput executor launch");
             i++;
             continue;
         }
