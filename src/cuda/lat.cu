@@ -1280,8 +1280,8 @@ static const cu_mat *lt_slices(const lt_exec *x, int k, int li) {
  *     row are one sampler op (as in the frame programs); the template's is its last op; Moshi's c0 given is its
  *     code0; CSM (DD_IN_PROJ_PER_PASS): st->table is in(table) (backend.cu), so gathers into XIN are gathers into
  *     X, the GATHER of h into XIN is in_proj applied to h, and the LINEAR from XIN is dropped.
- * What does not fit this (ADD_POS, a per-position model with q/k norms, any other plan shape) leaves the frame to
- * the frame kernel (lt_plan.ok 1). */
+ * What does not fit this (ADD_POS, a per-position model with q/k norms or whose slices' norms or biases differ: an
+ * op has one of each for every pass, any other plan shape) leaves the frame to the frame kernel (lt_plan.ok 1). */
 
 namespace {
 
@@ -1337,6 +1337,24 @@ void lt_out_rows(lt_op &o, dd_plan_rows r) {
     o.out_off = r.n == r.span ? 0 : r.first;
 }
 
+/* 1 when layer entries a and b have the same vectors (norm weights and biases, bit for bit) where a linear of matrix
+ * mat reads them */
+int lt_same_vectors(const dd_model *m, int mat, int a, int b) {
+    const dd_config *c = &m->cfg;
+    const dd_layer *u = &m->layer[a], *v = &m->layer[b];
+    const int D = c->dim, F = c->ffn_dim, nq = c->heads * c->head_dim, nk = c->kv_heads * c->head_dim;
+    auto same = [](const float *p, const float *q, int n) { return p == q || (p && q && !memcmp(p, q, (size_t)n * 4)); };
+    switch (mat) {
+    case DD_MAT_QKV:
+        return same(u->norm1_w, v->norm1_w, D) && same(u->norm1_b, v->norm1_b, D) && same(u->bq, v->bq, nq) &&
+               same(u->bk, v->bk, nk) && same(u->bv, v->bv, nk);
+    case DD_MAT_OUT: return same(u->bo, v->bo, D);
+    case DD_MAT_FC1: return same(u->norm2_w, v->norm2_w, D) && same(u->norm2_b, v->norm2_b, D) && same(u->b1, v->b1, F);
+    case DD_MAT_FC2: return same(u->b2, v->b2, D);
+    default: return 1;
+    }
+}
+
 void lt_linear(lt_tr *t, const dd_plan_linear &L) {
     lt_exec *x = t->x;
     cu_state *st = x->st;
@@ -1345,6 +1363,10 @@ void lt_linear(lt_tr *t, const dd_plan_linear &L) {
     const int pp = c->per_position, score = t->fp->kind == DD_PLAN_SCORE || t->fp->kind == DD_PLAN_SCORE_L0;
     /* a matrix that changes from pass to pass: its first pass's slice */
     const int e = L.mat == DD_MAT_HEAD || (pp && L.mat == DD_MAT_IN_PROJ) ? 0 : pp ? L.entry % c->layers : L.entry;
+    /* ... and the vectors of that slice in every pass (below: nw, nb, bias): a pass whose own differ is not run here
+     * (Kyutai's MLX q8/q4 checkpoints: each slice has its own RMSNorm weights; run with slice 0's, the latency
+     * executor's logits of levels 1 .. Q-1 were wrong) */
+    if (pp && e != L.entry && !lt_same_vectors(m, L.mat, L.entry, e)) t->fail = 1;
     const int k = L.mat == DD_MAT_QKV   ? 0 /* lt_slices' matrix */
                   : L.mat == DD_MAT_OUT ? 1
                   : L.mat == DD_MAT_FC1 ? 2
