@@ -197,15 +197,22 @@ __device__ __forceinline__ uint32_t lt_smem_addr(const void *p) { return (uint32
 __device__ __forceinline__ void lt_mbar_init(u64 *b, unsigned count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(lt_smem_addr(b)), "r"(count) : "memory");
 }
-__device__ __forceinline__ void lt_mbar_wait(u64 *b, unsigned parity) {
+/* Wait for the phase of `parity` to complete: 1, or 0 when the wait gave up (lt_give_up: another SM flagged an error,
+ * or the timeout passed, flagged here; a frame whose waits gave up is reported failed, its results unread). Every
+ * 64th failed try_wait checks (each has suspended the thread a while; a check is an L2 round trip that a wait for a
+ * piece about to land should not pay). */
+__device__ __forceinline__ int lt_mbar_wait(u64 *b, unsigned parity, const lt_params &P) {
     const uint32_t a = lt_smem_addr(b);
     uint32_t ok;
-    do {
+    unsigned spins = 0;
+    u64 t0 = 0;
+    for (;;) {
         asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
                      : "=r"(ok)
                      : "r"(a), "r"(parity)
                      : "memory");
-    } while (!ok);
+        if (ok || ((++spins & 63u) == 0 && lt_give_up(P, t0))) return ok;
+    }
 }
 __device__ __forceinline__ void lt_mbar_arrive(u64 *b) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(lt_smem_addr(b)) : "memory");
@@ -332,7 +339,10 @@ __device__ __forceinline__ void lt_poll_runs(unsigned E, int nruns, int len, int
             unsigned miss = 0;
 #pragma unroll
             for (int u = 0; u < 8; u++) miss |= (unsigned)((unsigned)(w[u] >> 32) != E) << u;
-            if (!miss || ((++spins & 255u) == 0 && lt_give_up(P, t0))) break;
+            /* spins is counted by the loop below only: a nonzero multiple of 256 here when that loop gave up (or,
+             * rarely, got its word on such a count): then lt_give_up says so again (it used to be counted here
+             * too, which made this check see 1 mod 256 after every give-up below: the poll never returned) */
+            if (!miss || (spins && (spins & 255u) == 0 && lt_give_up(P, t0))) break;
             { /* while the words are not there, only the first missing one is re-read (one load in flight per
                * thread instead of eight; on the H200 the frame time was the same either way, with or without a
                * pause between reads) */
@@ -383,11 +393,12 @@ __device__ void lt_producer(const lt_sm me) {
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(drop));
     int foff[LT_NSLOT];
     int done = 0, head = 0; /* pieces known consumed; next free byte */
-    auto consumed = [&](int k) { /* wait until piece k is consumed */
+    auto consumed = [&](int k) { /* wait until piece k is consumed; 0: the wait gave up (the frame failed) */
         while (done <= k) {
-            lt_mbar_wait(&S.empty[done % LT_NSLOT], (unsigned)(done / LT_NSLOT) & 1u);
+            if (!lt_mbar_wait(&S.empty[done % LT_NSLOT], (unsigned)(done / LT_NSLOT) & 1u, P)) return 0;
             done++;
         }
+        return 1;
     };
     int lnx = P.l0;
     lt_piece nx;
@@ -403,7 +414,7 @@ __device__ void lt_producer(const lt_sm me) {
             sb = w->sb + (size_t)pc.sb;
         }
         const int bytes = pc.bytes;
-        if (v >= LT_NSLOT) consumed(v - LT_NSLOT);
+        if (v >= LT_NSLOT && !consumed(v - LT_NSLOT)) return; /* no more copies into a ring still in use */
         int off;
         for (;;) { /* a FIFO ring of variable-size pieces */
             if (done == v) {
@@ -424,7 +435,7 @@ __device__ void lt_producer(const lt_sm me) {
                 off = head;
                 break;
             }
-            consumed(done);
+            if (!consumed(done)) return;
         }
         head = off + bytes;
         const int slot = v % LT_NSLOT;
@@ -673,7 +684,7 @@ __device__ __forceinline__ int lt_linear(const lt_step st, int l, int v) {
         const int gp0 = WM == WM_QINT ? kt0 * 16 / w.group : 0;
         const int ngp = WM == WM_QINT ? (min(kt1 * 16, w.K) - kt0 * 16) / w.group : 0;
         const int slot = v % LT_NSLOT;
-        lt_mbar_wait(&S.full[slot], (unsigned)(v / LT_NSLOT) & 1u);
+        lt_mbar_wait(&S.full[slot], (unsigned)(v / LT_NSLOT) & 1u, P); /* gave up: flagged, the frame fails */
         if (pc == st.pc0) {
             LT_MARK(1);
             LT_PH(5);
@@ -894,6 +905,16 @@ __device__ __forceinline__ void lt_sample(const lt_step st, int l) {
             }
             lt_bar::sync();
             lt_poll_runs(E, 1, op.V, op.V);
+            /* Every thread waits for the whole row before any goes on. lt_poll_runs waits, in thread t, only for
+             * words t, t + LT_NC, ... of it; with the code given (forced, given0) thread t then published words t,
+             * t + LT_NC, ... of the next pass's input row below at once: with V < D (Kyutai MLX: V 32, D 64) threads
+             * V .. D-1 before any logit of this pass had arrived, the others after one head unit's. That row starts
+             * the next pass, whose words (xg, x0, ...) this pass's readers must be done with, which only the whole
+             * row proves (every head unit reads every row of the pass); published early, a reader of this pass can
+             * see the next pass's epoch and wait for its own until the timeout (the Kyutai MLX q8 score and c0-given
+             * decode on the H200; dev/cuda/ltplan_check/flow.cu finds it, and the races of the other per-position
+             * and score plans). The sampling path had this barrier, before cu_sample_block. */
+            lt_bar::sync();
         }
         LT_MARK(0);
         LT_PH(2);
@@ -903,7 +924,6 @@ __device__ __forceinline__ void lt_sample(const lt_step st, int l) {
         } else if (given0) {
             code = __ldcg(op.code0 + P.r0 + s);
         } else {
-            lt_bar::sync();
             code = cu_sample_block<lt_bar>([zs](int i) { return zs[i]; }, op.V, P.temp, P.topk, seed, frame, lv, S.ss,
                                            P.temp > 0.0f ? gpre : NULL);
         }
@@ -1260,8 +1280,8 @@ static const cu_mat *lt_slices(const lt_exec *x, int k, int li) {
  *     row are one sampler op (as in the frame programs); the template's is its last op; Moshi's c0 given is its
  *     code0; CSM (DD_IN_PROJ_PER_PASS): st->table is in(table) (backend.cu), so gathers into XIN are gathers into
  *     X, the GATHER of h into XIN is in_proj applied to h, and the LINEAR from XIN is dropped.
- * What does not fit this (ADD_POS, a per-position model with q/k norms, any other plan shape) leaves the frame to
- * the frame kernel (lt_plan.ok 1). */
+ * What does not fit this (ADD_POS, a per-position model with q/k norms or whose slices' norms or biases differ: an
+ * op has one of each for every pass, any other plan shape) leaves the frame to the frame kernel (lt_plan.ok 1). */
 
 namespace {
 
@@ -1317,6 +1337,24 @@ void lt_out_rows(lt_op &o, dd_plan_rows r) {
     o.out_off = r.n == r.span ? 0 : r.first;
 }
 
+/* 1 when layer entries a and b have the same vectors (norm weights and biases, bit for bit) where a linear of matrix
+ * mat reads them */
+int lt_same_vectors(const dd_model *m, int mat, int a, int b) {
+    const dd_config *c = &m->cfg;
+    const dd_layer *u = &m->layer[a], *v = &m->layer[b];
+    const int D = c->dim, F = c->ffn_dim, nq = c->heads * c->head_dim, nk = c->kv_heads * c->head_dim;
+    auto same = [](const float *p, const float *q, int n) { return p == q || (p && q && !memcmp(p, q, (size_t)n * 4)); };
+    switch (mat) {
+    case DD_MAT_QKV:
+        return same(u->norm1_w, v->norm1_w, D) && same(u->norm1_b, v->norm1_b, D) && same(u->bq, v->bq, nq) &&
+               same(u->bk, v->bk, nk) && same(u->bv, v->bv, nk);
+    case DD_MAT_OUT: return same(u->bo, v->bo, D);
+    case DD_MAT_FC1: return same(u->norm2_w, v->norm2_w, D) && same(u->norm2_b, v->norm2_b, D) && same(u->b1, v->b1, F);
+    case DD_MAT_FC2: return same(u->b2, v->b2, D);
+    default: return 1;
+    }
+}
+
 void lt_linear(lt_tr *t, const dd_plan_linear &L) {
     lt_exec *x = t->x;
     cu_state *st = x->st;
@@ -1325,6 +1363,10 @@ void lt_linear(lt_tr *t, const dd_plan_linear &L) {
     const int pp = c->per_position, score = t->fp->kind == DD_PLAN_SCORE || t->fp->kind == DD_PLAN_SCORE_L0;
     /* a matrix that changes from pass to pass: its first pass's slice */
     const int e = L.mat == DD_MAT_HEAD || (pp && L.mat == DD_MAT_IN_PROJ) ? 0 : pp ? L.entry % c->layers : L.entry;
+    /* ... and the vectors of that slice in every pass (below: nw, nb, bias): a pass whose own differ is not run here
+     * (Kyutai's MLX q8/q4 checkpoints: each slice has its own RMSNorm weights; run with slice 0's, the latency
+     * executor's logits of levels 1 .. Q-1 were wrong) */
+    if (pp && e != L.entry && !lt_same_vectors(m, L.mat, L.entry, e)) t->fail = 1;
     const int k = L.mat == DD_MAT_QKV   ? 0 /* lt_slices' matrix */
                   : L.mat == DD_MAT_OUT ? 1
                   : L.mat == DD_MAT_FC1 ? 2
