@@ -67,8 +67,16 @@ __device__ __forceinline__ uint32_t tp_smem(const void *p) { return (uint32_t)__
  * start as soon as its blocks run (trigger), and waits for the previous kernel's completion and memory before its
  * first access to anything an earlier kernel writes or reads (wait); the weights, which no kernel writes, may be
  * requested before. Both are no-ops for a kernel launched without the attribute. */
-__device__ __forceinline__ void tp_pdl_trigger(void) { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
-__device__ __forceinline__ void tp_pdl_wait(void) { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void tp_pdl_trigger(void) {
+#if TP_DEVICE
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void tp_pdl_wait(void) {
+#if TP_DEVICE
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 __device__ __forceinline__ u64 tp_gtimer(void) {
     u64 t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
