@@ -55,8 +55,6 @@ MOSHI12 = dict(MOSHI, Q=12, L=2, KVH=2)   # and GQA (2 kv heads for 4 query head
 QWEN = dict(Q=8, V=64, TVC=72, D=32, L=3, H=4, KVH=2, HD=16, F=64, eps=1e-6, theta=1000000.0)
 torch.set_default_dtype(torch.float32)
 LOG = []
-SECTION_MARK = "# ---- section written by "
-SECTION = SECTION_MARK + "scripts/make_fixtures_families.py (replaced on each run; do not edit by hand)"
 
 
 def f64(t):
@@ -544,26 +542,18 @@ def qwen_fixture(outdir):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-def manifest(outdir, section=SECTION, dims=None, log=None):
-    """Replace this script's section of MANIFEST.txt (other sections and make_fixtures.py's head are kept)."""
+def manifest(outdir, script="scripts/make_fixtures_families.py", dims=None, log=None):
+    """Replace `script`'s section of MANIFEST.txt (other sections and make_fixtures.py's head are kept)."""
     log = LOG if log is None else log
     dims = f"N={N}; moshi {MOSHI}; moshi_q12 {MOSHI12}; qwen3omni {QWEN}" if dims is None else dims
     vers = fixture_common.versions()
-    lines = [section,
-             f"# date (UTC): {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M:%S')}",
+    lines = [f"# date (UTC): {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M:%S')}",
              f"# versions: {vers}",
              f"# dims: {dims}",
              "# references: float64 on CPU from the weights as stored (bf16); logits saved as float32",
              "# file | bytes | shape dtype | how"]
     lines += fixture_common.manifest_rows(outdir, log)
-    mpath = os.path.join(outdir, "MANIFEST.txt")
-    old = open(mpath).read() if os.path.exists(mpath) else ""
-    parts = old.split("\n" + SECTION_MARK)           # [head, section, section, ...]
-    kept = [parts[0].rstrip("\n")] + ["\n" + (SECTION_MARK + p).rstrip("\n") for p in parts[1:]
-                                       if not (SECTION_MARK + p).startswith(section)]
-    head = "\n".join(k for k in kept if k.strip())
-    with open(mpath, "w") as f:
-        f.write((head + "\n\n" if head else "") + "\n".join(lines) + "\n")
+    fixture_common.write_manifest_section(outdir, script, lines)
     fixture_common.report(outdir, log, vers)
 
 

@@ -35,8 +35,6 @@ from safetensors.torch import load_file, save_file
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fixture_common  # noqa: E402
 
-SECTION_MARK = "# ---- section written by "
-SECTION = SECTION_MARK + "scripts/make_fixtures_kyutai.py (replaced on each run; do not edit by hand)"
 N = 6
 GAP_REL = 1e-3
 KW = dict(dim=48, text_card=40, existing_text_padding_id=3, n_q=6, dep_q=6, card=64, num_heads=4, num_layers=1,
@@ -172,19 +170,11 @@ def main():
     dims = dict(Q=Q, V=V, TV=TV, IN=IN, D=KW["depformer_dim"], L=KW["depformer_num_layers"],
                 H=KW["depformer_num_heads"], KVH=KW["depformer_num_heads"] // KW["depformer_kv_repeat"],
                 F=2 * KW["depformer_dim_feedforward"] // 3, eps=1e-5)
-    lines = [SECTION,
-             f"# date (UTC): {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M:%S')}",
+    lines = [f"# date (UTC): {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M:%S')}",
              f"# versions: {vers}", f"# dims: N={N}; kyutai {dims}",
              "# references: float64 on CPU from the weights as stored (bf16); logits saved as float32",
              "# file | bytes | shape dtype | how"] + fixture_common.manifest_rows(args.out, log)
-    mpath = os.path.join(args.out, "MANIFEST.txt")
-    old = open(mpath).read() if os.path.exists(mpath) else ""
-    parts = old.split("\n" + SECTION_MARK)
-    kept = [parts[0].rstrip("\n")] + ["\n" + (SECTION_MARK + p).rstrip("\n") for p in parts[1:]
-                                       if not (SECTION_MARK + p).startswith(SECTION)]
-    head = "\n".join(k for k in kept if k.strip())
-    with open(mpath, "w") as f:
-        f.write((head + "\n\n" if head else "") + "\n".join(lines) + "\n")
+    fixture_common.write_manifest_section(args.out, "scripts/make_fixtures_kyutai.py", lines)
     fixture_common.report(args.out, log, vers)
 
 

@@ -33,7 +33,6 @@ import make_fixtures_families as fam  # scripts/make_fixtures_families.py: the Q
 import numpy as np
 import torch
 
-SECTION = fam.SECTION_MARK + "scripts/make_fixtures_qwen3_layouts.py (replaced on each run; do not edit by hand)"
 LOG = []
 # the MLX predictor: D 64 so that group 64 divides every input width (D, H*HD = 64, F = 128)
 QWENQ = dict(fam.QWEN, D=64, F=128, L=2)
@@ -297,8 +296,9 @@ def main():
     with tempfile.TemporaryDirectory() as pre:
         st.update(mlx_fixture(args.out, pre))
     import mlx.core as mx
-    fam.manifest(args.out, SECTION, f"N={fam.N}; qwen3omni_full: predictor {fam.QWEN}; mlx {mx.__version__}: "
-                 f"{QWENQ}, variants (name, bits, group) {MLX_VARIANTS}; MLX references from the float32-dequantized weights", LOG)
+    fam.manifest(args.out, "scripts/make_fixtures_qwen3_layouts.py",
+                 f"N={fam.N}; qwen3omni_full: predictor {fam.QWEN}; mlx {mx.__version__}: {QWENQ}, variants (name, "
+                 f"bits, group) {MLX_VARIANTS}; MLX references from the float32-dequantized weights", LOG)
 
 
 if __name__ == "__main__":

@@ -54,7 +54,6 @@ from qwen_tts.core.models import modeling_qwen3_tts as mt  # noqa: E402
 from qwen_tts.core.models.configuration_qwen3_tts import Qwen3TTSConfig  # noqa: E402
 
 TTS = dict(Q=8, V=64, TVC=72, TD=48, D=32, L=3, H=4, KVH=2, HD=16, F=64, eps=1e-6, theta=1000000.0)
-SECTION = fam.SECTION_MARK + "scripts/make_fixtures_qwen3tts.py (replaced on each run; do not edit by hand)"
 LOG = []
 
 
@@ -164,8 +163,8 @@ def main():
     fam.LOG = LOG
     tts_fixture(args.out)
     import qwen_tts
-    fam.manifest(args.out, SECTION, f"N={N}; qwen3tts {TTS}; qwen-tts {getattr(qwen_tts, '__version__', '0.1.1')}",
-                 LOG)
+    fam.manifest(args.out, "scripts/make_fixtures_qwen3tts.py",
+                 f"N={N}; qwen3tts {TTS}; qwen-tts {getattr(qwen_tts, '__version__', '0.1.1')}", LOG)
 
 
 if __name__ == "__main__":
