@@ -53,20 +53,7 @@ PY
 EXEC_AB_WARM=0 EXEC_AB_NOFRAME=1 EXEC_AB_NOLAT=1 timeout 120 ncu --metrics gpu__time_duration.sum --csv \
     --launch-count 3000 $SB/exec_ab gpt bf16 1 256 >"$R/ncu_side_gpt256.csv" 2>"$R/ncu.err"
 log "ncu side rc $? ($(el))"
-python3 - "$R/ncu_side_gpt256.csv" <<'PY' | tee -a "$S"
-import csv, sys, collections
-rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
-h = rows[0]; ki = h.index("Kernel Name"); ui = h.index("Metric Unit"); vi = h.index("Metric Value")
-agg = collections.defaultdict(lambda: [0, 0.0])
-scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "ns": 1e-3, "us": 1.0, "ms": 1e3}
-for r in rows[1:]:
-    try: v = float(r[vi].replace(",", "")) * scale.get(r[ui], 1.0)
-    except ValueError: continue
-    agg[r[ki].split("(")[0]][0] += 1; agg[r[ki].split("(")[0]][1] += v
-print(f"ncu side gpt bf16 B256 one frame: {sum(a[0] for a in agg.values())} kernels, {sum(a[1] for a in agg.values())/1e3:.3f} ms")
-for k, (n, us) in sorted(agg.items(), key=lambda x: -x[1][1]):
-    print(f"  {k[:60]:<60} {n:5d} launches {us/1e3:8.3f} ms  {us/n:8.2f} us each")
-PY
+python3 dev/cuda/ncu_by_kernel.py "$R/ncu_side_gpt256.csv" "side gpt bf16 B256 one frame" | tee -a "$S"
 DD_CUDA_TIMEOUT_S=100 DD_TEST_QUICK=2 DD_TEST_ONLY=test_tput timeout 120 \
     compute-sanitizer --tool memcheck $SB/test_cuda >"$R/side_memcheck.log" 2>&1
 log "side memcheck test_tput (quick 2) rc $?: $(grep -E 'ERROR SUMMARY|PASSED|FAILED' "$R/side_memcheck.log" | tr '\n' ' ') ($(el))"

@@ -44,22 +44,7 @@ cat "$R"/exec_ab_*.err | head -5 | tee -a "$S"
 EXEC_AB_WARM=0 EXEC_AB_NOFRAME=1 EXEC_AB_NOLAT=1 timeout 120 ncu --metrics gpu__time_duration.sum --csv \
     --launch-count 3000 $B/exec_ab gpt bf16 1 256 >"$R/ncu_gpt256.csv" 2>"$R/ncu.err"
 log "ncu rc $? ($(el))"
-python3 - "$R/ncu_gpt256.csv" <<'PY' | tee -a "$S"
-import csv, sys, collections
-rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
-h = rows[0]; ki = h.index("Kernel Name"); ui = h.index("Metric Unit"); vi = h.index("Metric Value")
-agg = collections.defaultdict(lambda: [0, 0.0])
-scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "ns": 1e-3, "us": 1.0, "ms": 1e3}
-for r in rows[1:]:
-    try: v = float(r[vi].replace(",", "")) * scale.get(r[ui], 1.0)
-    except ValueError: continue
-    name = r[ki].split("(")[0]
-    agg[name][0] += 1; agg[name][1] += v
-tot = sum(a[1] for a in agg.values())
-print(f"ncu gpt bf16 B256 one frame on the throughput executor: {sum(a[0] for a in agg.values())} kernels, {tot/1e3:.3f} ms of kernel time")
-for k, (n, us) in sorted(agg.items(), key=lambda x: -x[1][1]):
-    print(f"  {k[:60]:<60} {n:5d} launches {us/1e3:8.3f} ms  {us/n:8.2f} us each")
-PY
+python3 dev/cuda/ncu_by_kernel.py "$R/ncu_gpt256.csv" "gpt bf16 B256 one frame on the throughput executor" | tee -a "$S"
 for m in gpt csm; do
     timeout 40 $B/depthdec export --synthetic $m --weights bf16 --out /tmp/dd_$m.safetensors >/dev/null 2>&1
 done
