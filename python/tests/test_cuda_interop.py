@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import depthdec
-from test_interop import inputs  # the same random hidden states and codes
+from test_interop import inputs, same_bits  # the same random hidden states and codes; bit equality
 
 try:
     import torch
@@ -38,10 +38,6 @@ elif not depthdec.backend_available("cuda"):
 @pytest.fixture(scope="module", params=["tiny-gpt", "tiny-llama"])
 def model(request):
     return depthdec.Model.synthetic(request.param, "bf16", seed=11)
-
-
-def same_bits(a, b):
-    return np.array_equal(np.asarray(a).view(np.uint32), np.asarray(b).view(np.uint32))
 
 
 @pytest.mark.parametrize("n,max_batch", [(1, 8), (3, 8), (8, 8), (20, 32), (20, 8), (60, 64)])

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import depthdec
-from test_interop import inputs  # the same random hidden states and codes
+from test_interop import inputs, same_bits  # the same random hidden states and codes; bit equality
 
 try:
     import cupy
@@ -48,10 +48,6 @@ elif not depthdec.backend_available("cuda"):
 @pytest.fixture(scope="module", params=["tiny-gpt", "tiny-llama"])
 def model(request):
     return depthdec.Model.synthetic(request.param, "bf16", seed=11)
-
-
-def same_bits(a, b):
-    return np.array_equal(np.asarray(a).view(np.uint32), np.asarray(b).view(np.uint32))
 
 
 def dev_kw(kw):

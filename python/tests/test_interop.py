@@ -50,6 +50,11 @@ class Foreign:
         return self._dev
 
 
+def same_bits(a, b):
+    """the same float32 bits (NaN payloads and signed zeros included)"""
+    return np.array_equal(np.asarray(a).view(np.uint32), np.asarray(b).view(np.uint32))
+
+
 def inputs(rng, model, n):
     c = model.config
     h = rng.standard_normal((n, c["input_dim"])).astype(np.float32)
