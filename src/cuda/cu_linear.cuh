@@ -45,11 +45,12 @@ __device__ __forceinline__ float cu_epi_act(int act, const float *bias, const fl
 }
 
 /* y[t, j] = act(a + bias) (+ residual) (+ add); SwiGLU: silu(a + bias) * (u + bias2). */
-__device__ __forceinline__ void cu_epilogue(const cu_linear &L, int t, int j, float a, float u) {
+__device__ __forceinline__ float cu_epilogue(const cu_linear &L, int t, int j, float a, float u) {
     float h = cu_epi_act(L.act, L.bias, L.bias2, j, a, u);
     if (L.res) h = h + __ldcg(L.res + (size_t)t * L.ldr + j);
     if (L.add) h = h + __ldcg(L.add + (size_t)t * L.lda + j);
     L.y[(size_t)t * L.ldy + j] = h;
+    return h; /* the value written */
 }
 
 /* sum over one quantization group of the staged values (hi + lo), one warp, fixed order; pk(k) is the packed

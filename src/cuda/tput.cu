@@ -10,10 +10,13 @@
  *              later slabs store their chunk partials, added in chunk order by tp_epi);
  *   tp_epi     the running sum (plus the slabs' partials, in order) through the frame kernel's cu_epilogue
  *              (bias, activation / gate pair, residual, added rows).
- * The other ops (attention, sampling and gathers, linears that do not suit the tile) run, as consecutive runs of
- * ops, on the frame kernel (cu_launch_ops). So the numbers are the frame kernel's bit for bit: the same
- * statistics and split, and a wgmma chain over the same k order gives the mma.sync chain's bits
- * (dev/cuda/derisk/wgmma_bits.cu, tput_linear.cu: 64 shapes x T bit-identical on the H200).
+ * Attention runs as a kernel of its own: tp_attend3 (a warp a (stream, kv head), cache rows staged by cp.async;
+ * it also writes the out-projection's split) without GQA, tp_attend2 (a block a (stream, kv head), a warp a query)
+ * with it, tp_attend (a warp a query from the cache, the frame kernel's cu_attend_fast) where neither fits; sampling
+ * and gathers as tp_sample (a block a stream). Any other op (linears that do not suit the tile) runs, as consecutive
+ * runs of ops, on the frame kernel (cu_launch_ops). So the numbers are the frame kernel's bit for bit: the same
+ * statistics, split and attention arithmetic in the same order, and a wgmma chain over the same k order gives the
+ * mma.sync chain's bits (dev/cuda/derisk/wgmma_bits.cu, tput_linear.cu: 64 shapes x T bit-identical on the H200).
  *
  * Tile: CTA = 128 weight rows (8 m-tiles) x BN tokens (BN 128 or 64), 384 threads: warpgroups 0 and 1 consume
  * (64 rows each; warp q of warpgroup w owns m-tile 4 w + q, whose m16n8k16 A fragment is wgmma's register-A
@@ -341,9 +344,9 @@ __global__ void __launch_bounds__(256) tp_epi(const cu_linear L, int T, const fl
         a = a + __ldcg(p + q * TN);
         if (L.w.pair) u = u + __ldcg(p + q * TN + 16);
     }
-    cu_epilogue(L, t, j, a, u);
+    const float y = cu_epilogue(L, t, j, a, u);
     if (hi) { /* the next linear reads these rows without a norm: its split (tp_split's values) here */
-        const uint32_t w = cu_split_pack(__ldcg(L.y + (size_t)t * L.ldy + j));
+        const uint32_t w = cu_split_pack(y);
         hi[(size_t)t * L.w.N + j] = (uint16_t)(w & 0xFFFFu), lo[(size_t)t * L.w.N + j] = (uint16_t)(w >> 16);
     }
 }
@@ -359,6 +362,192 @@ __global__ void __launch_bounds__(256) tp_attend(const cu_attend A, int n) {
     if (it >= n * A.P * A.H) return;
     const int h = it % A.H, r = it / A.H, i = r % A.P, s = r / A.P;
     cu_attend_fast(A, s, i, h, tp_ws + (size_t)warp * cu_attend_fast_floats(&A), lane);
+}
+
+/* One attention op for many streams, one warp a (stream, kv head): the group's earlier keys and values copied from
+ * the cache into shared memory with 16-byte cp.async, all in flight at once (one round trip for the whole group:
+ * the op reads ~8 KB a position a stream at GPT dims, so it is bound by the cache's bytes, not by the warp's
+ * arithmetic); meanwhile this pass's keys (rotated) and values from the qkv rows and the group's G P rotated
+ * queries, with the functions cu_attend_fast uses. Then the append (the values cu_attend_fast writes) and every
+ * query of the group with cu_attend_fast's arithmetic in its order: lane j takes keys j and j + 32 (a sequential
+ * float32 dot over HD from 16-byte reads of its key row; rows padded to HD + 4 floats, so the 8 lanes of a quarter
+ * warp read distinct banks), max and sum over the same xor trees, lanes over dims d0 + lane and d0 + 32 + lane for
+ * the weighted sum in key order. With hi/lo set, the output rows are also split into two bf16 terms (the next
+ * linear reads them without a norm: tp_split's values). HD % 4 == 0, 16-byte aligned cache rows; dynamic shared
+ * memory tp_attend3_smem. */
+__global__ void __launch_bounds__(32) tp_attend3(const cu_attend A, int n, uint16_t *hi, uint16_t *lo) {
+    extern __shared__ __align__(16) float tp_kv[];
+    tp_pdl_trigger();
+    tp_pdl_wait();
+    const int HD = A.HD, G = A.H / A.KVH, kvw = A.KVH * HD, qw = (A.H + 2 * A.KVH) * HD, P = A.P, p0 = A.p0;
+    const int s = blockIdx.x / A.KVH, kh = blockIdx.x % A.KVH, nk = p0 + P, KS = HD + 4, C = HD / 4;
+    const int lane = threadIdx.x;
+    float *Ks = tp_kv, *Vs = Ks + (size_t)nk * KS, *Qs = Vs + (size_t)nk * HD;
+    const float *tok0 = A.qkv + (size_t)s * P * qw;
+    const float *kc = A.kc + (size_t)s * A.cstride + (size_t)kh * HD, *vc = A.vc + (size_t)s * A.cstride + (size_t)kh * HD;
+    for (int idx = lane; idx < p0 * C; idx += 32) { /* earlier positions from the cache */
+        const int j = idx / C, c = 4 * (idx % C);
+        cu_cp_async16(Ks + (size_t)j * KS + c, kc + (size_t)j * kvw + c);
+        cu_cp_async16(Vs + (size_t)j * HD + c, vc + (size_t)j * kvw + c);
+    }
+    cu_cp_commit();
+    const int voff = (A.H + A.KVH + kh) * HD;
+    for (int r = 0; r < P; r++) { /* this pass's keys (rotated) and values */
+        cu_norm_rot_row(A, tok0 + (size_t)r * qw + (size_t)(A.H + kh) * HD, A.kn, p0 + r, Ks + (size_t)(p0 + r) * KS,
+                        lane);
+        for (int d = lane; d < HD; d += 32) Vs[(size_t)(p0 + r) * HD + d] = __ldcg(tok0 + (size_t)r * qw + voff + d);
+    }
+    for (int q = 0; q < G * P; q++) /* the queries (rotated): q = g P + i */
+        cu_norm_rot_row(A, tok0 + (size_t)(q % P) * qw + (size_t)(kh * G + q / P) * HD, A.qn, p0 + q % P,
+                        Qs + (size_t)q * HD, lane);
+    cu_cp_wait<0>();
+    __syncwarp();
+    for (int r = 0; r < P; r++) { /* the append: token (s, r)'s key and value for this kv head */
+        float *kd = A.kc + (size_t)s * A.cstride + (size_t)(p0 + r) * kvw + (size_t)kh * HD;
+        float *vd = A.vc + (size_t)s * A.cstride + (size_t)(p0 + r) * kvw + (size_t)kh * HD;
+        for (int d = lane; d < HD; d += 32) {
+            kd[d] = Ks[(size_t)(p0 + r) * KS + d];
+            vd[d] = Vs[(size_t)(p0 + r) * HD + d];
+        }
+    }
+    const float scale = sqrtf((float)HD);
+    for (int q = 0; q < G * P; q++) {
+        const int g = q / P, i = q % P, h = kh * G + g, nq = p0 + i + 1;
+        const float4 *sq = (const float4 *)(Qs + (size_t)q * HD);
+        float sc[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int j = lane + 32 * r;
+            if (j < nq) {
+                const float4 *kr = (const float4 *)(Ks + (size_t)j * KS);
+                float d = 0.0f;
+#pragma unroll 4
+                for (int c = 0; c < C; c++) {
+                    const float4 k = kr[c], x = sq[c];
+                    d = d + x.x * k.x;
+                    d = d + x.y * k.y;
+                    d = d + x.z * k.z;
+                    d = d + x.w * k.w;
+                }
+                sc[r] = d / scale;
+            }
+        }
+        float m = fmaxf(sc[0], sc[1]);
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        float e0 = lane < nq ? expf(sc[0] - m) : 0.0f, e1 = lane + 32 < nq ? expf(sc[1] - m) : 0.0f;
+        float sum = e0 + e1;
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        const float w0 = e0 / sum, w1 = e1 / sum;
+        const size_t orow = ((size_t)s * P + i) * A.H * HD + (size_t)h * HD;
+        for (int d0 = 0; d0 < HD; d0 += 64) {
+            const int da = d0 + lane, db = d0 + 32 + lane;
+            float oa = 0.0f, ob = 0.0f;
+            for (int j = 0; j < nq; j++) {
+                const float wj = __shfl_sync(0xffffffffu, j < 32 ? w0 : w1, j & 31);
+                const float va = da < HD ? Vs[(size_t)j * HD + da] : 0.0f, vb = db < HD ? Vs[(size_t)j * HD + db] : 0.0f;
+                oa = oa + wj * va;
+                ob = ob + wj * vb;
+            }
+            if (da < HD) {
+                A.out[orow + da] = oa;
+                if (hi) {
+                    const uint32_t w = cu_split_pack(oa);
+                    hi[orow + da] = (uint16_t)(w & 0xFFFFu), lo[orow + da] = (uint16_t)(w >> 16);
+                }
+            }
+            if (db < HD) {
+                A.out[orow + db] = ob;
+                if (hi) {
+                    const uint32_t w = cu_split_pack(ob);
+                    hi[orow + db] = (uint16_t)(w & 0xFFFFu), lo[orow + db] = (uint16_t)(w >> 16);
+                }
+            }
+        }
+    }
+}
+
+/* One attention op for many streams with GQA (several q heads a kv head): a block of 128 threads a (stream, kv
+ * head), for all its q heads and new positions. The group's keys (rows padded to HD + 1 floats: lane j reads row j without bank conflicts) and values
+ * are staged in shared memory once: earlier positions from the cache with 16-byte loads by every thread, this pass's
+ * rotated keys by cu_norm_rot_row and values from the qkv rows; the rotated queries likewise. Then a warp a query
+ * with cu_attend_fast's arithmetic and order: lane j takes keys j and j + 32 (a sequential float32 dot over HD, then
+ * / sqrt(HD)), max and sum over the same xor trees, lanes over dims d0 + lane and d0 + 32 + lane for the weighted
+ * sum in key order. The append writes the values cu_attend_fast writes. HD % 4 == 0; dynamic shared memory
+ * tp_attend2_smem. */
+__global__ void __launch_bounds__(128) tp_attend2(const cu_attend A, int n) {
+    extern __shared__ float tp_kv[];
+    tp_pdl_trigger();
+    tp_pdl_wait();
+    const int HD = A.HD, G = A.H / A.KVH, kvw = A.KVH * HD, qw = (A.H + 2 * A.KVH) * HD, P = A.P, p0 = A.p0;
+    const int s = blockIdx.x / A.KVH, kh = blockIdx.x % A.KVH, NK = p0 + P;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    float *Ks = tp_kv, *Vs = Ks + (((size_t)NK * (HD + 1) + 3) & ~(size_t)3), *Qs = Vs + (size_t)NK * HD; /* Vs 16 B */
+    const float *tok0 = A.qkv + (size_t)s * P * qw;
+    const float *kc = A.kc + (size_t)s * A.cstride + (size_t)kh * HD, *vc = A.vc + (size_t)s * A.cstride + (size_t)kh * HD;
+    const int voff = (A.H + A.KVH + kh) * HD;
+    for (int idx = tid; idx < p0 * (HD / 4); idx += 128) { /* earlier positions from the cache */
+        const int j = idx / (HD / 4), c = 4 * (idx % (HD / 4));
+        const float4 k = __ldcg((const float4 *)(kc + (size_t)j * kvw + c));
+        const float4 v = __ldcg((const float4 *)(vc + (size_t)j * kvw + c));
+        float *kr = Ks + (size_t)j * (HD + 1) + c;
+        kr[0] = k.x, kr[1] = k.y, kr[2] = k.z, kr[3] = k.w;
+        *(float4 *)(Vs + (size_t)j * HD + c) = v;
+    }
+    for (int r = warp; r < P; r += 4) { /* this pass's keys (rotated) and values */
+        cu_norm_rot_row(A, tok0 + (size_t)r * qw + (size_t)(A.H + kh) * HD, A.kn, p0 + r, Ks + (size_t)(p0 + r) * (HD + 1),
+                        lane);
+        for (int d = lane; d < HD; d += 32) Vs[(size_t)(p0 + r) * HD + d] = __ldcg(tok0 + (size_t)r * qw + voff + d);
+    }
+    for (int q = warp; q < G * P; q += 4) { /* the queries (rotated): q = g P + i */
+        const int g = q / P, i = q % P;
+        cu_norm_rot_row(A, tok0 + (size_t)i * qw + (size_t)(kh * G + g) * HD, A.qn, p0 + i, Qs + (size_t)q * HD, lane);
+    }
+    __syncthreads();
+    if (warp == 0) /* the append: token (s, i)'s key and value for this kv head */
+        for (int r = 0; r < P; r++) {
+            float *kd = A.kc + (size_t)s * A.cstride + (size_t)(p0 + r) * kvw + (size_t)kh * HD;
+            float *vd = A.vc + (size_t)s * A.cstride + (size_t)(p0 + r) * kvw + (size_t)kh * HD;
+            for (int d = lane; d < HD; d += 32) {
+                kd[d] = Ks[(size_t)(p0 + r) * (HD + 1) + d];
+                vd[d] = Vs[(size_t)(p0 + r) * HD + d];
+            }
+        }
+    const float scale = sqrtf((float)HD);
+    for (int q = warp; q < G * P; q += 4) {
+        const int g = q / P, i = q % P, h = kh * G + g, nk = p0 + i + 1;
+        const float *sq = Qs + (size_t)q * HD;
+        float sc[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int j = lane + 32 * r;
+            if (j < nk) {
+                const float *kr = Ks + (size_t)j * (HD + 1);
+                float d = 0.0f;
+#pragma unroll 8
+                for (int e = 0; e < HD; e++) d = d + sq[e] * kr[e];
+                sc[r] = d / scale;
+            }
+        }
+        float m = fmaxf(sc[0], sc[1]);
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        float e0 = lane < nk ? expf(sc[0] - m) : 0.0f, e1 = lane + 32 < nk ? expf(sc[1] - m) : 0.0f;
+        float sum = e0 + e1;
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        const float w0 = e0 / sum, w1 = e1 / sum;
+        float *out = A.out + ((size_t)s * P + i) * A.H * HD + (size_t)h * HD;
+        for (int d0 = 0; d0 < HD; d0 += 64) {
+            const int da = d0 + lane, db = d0 + 32 + lane;
+            float oa = 0.0f, ob = 0.0f;
+            for (int j = 0; j < nk; j++) {
+                const float wj = __shfl_sync(0xffffffffu, j < 32 ? w0 : w1, j & 31);
+                const float va = da < HD ? Vs[(size_t)j * HD + da] : 0.0f, vb = db < HD ? Vs[(size_t)j * HD + db] : 0.0f;
+                oa = oa + wj * va;
+                ob = ob + wj * vb;
+            }
+            if (da < HD) out[da] = oa;
+            if (db < HD) out[db] = ob;
+        }
+    }
 }
 
 /* one sampling op of the frame (the frame kernel's cu_sample_stream), one block of CU_THREADS a stream; dynamic
@@ -414,6 +603,21 @@ struct tp_exec {
 
 static size_t tp_attend_smem(const cu_attend *A) { return (size_t)8 * cu_attend_fast_floats(A) * 4; }
 static int tp_attend_ok(const cu_attend *A) { return tp_attend_smem(A) <= 48 * 1024; }
+static size_t tp_attend2_smem(const cu_attend *A) {
+    const size_t nk = (size_t)A->p0 + A->P;
+    return (((nk * (A->HD + 1) + 3) & ~(size_t)3) + nk * A->HD + (size_t)(A->H / A->KVH) * A->P * A->HD) * 4;
+}
+static int tp_attend2_ok(const cu_attend *A) { return A->HD % 4 == 0 && tp_attend2_smem(A) <= 48 * 1024; }
+static size_t tp_attend3_smem(const cu_attend *A) {
+    const size_t nk = (size_t)A->p0 + A->P;
+    return (nk * (A->HD + 4) + nk * A->HD + (size_t)(A->H / A->KVH) * A->P * A->HD) * 4;
+}
+/* 1 when tp_attend3 suits op A: one query a (stream, kv head) group (no GQA: with G q heads a warp would attend
+ * them one after the other, slower than tp_attend's warp a query at CSM dims, measured) */
+static int tp_attend3_ok(const cu_attend *A) {
+    return A->H == A->KVH && A->HD % 4 == 0 && A->cstride % 4 == 0 && (((uintptr_t)A->kc | (uintptr_t)A->vc) & 15) == 0 &&
+           tp_attend3_smem(A) <= 48 * 1024;
+}
 
 /* 1 when linear L (T tokens) runs on the tile: bf16 weights, K % 128 == 0 (and <= 12288: tp_split's row in
  * shared memory) */
@@ -585,6 +789,26 @@ static dd_status tp_enqueue(tp_exec *x, int v, int n, float temp, int topk, cuda
             continue;
         }
         split_done = 0;
+        if (o->type == CU_OP_ATTEND && tp_attend3_ok(&o->att)) {
+            /* the next linear reads the output rows without a norm: their split here */
+            const cu_op *nx = i + 1 < nops ? &ops[i + 1] : NULL;
+            const int HW = o->att.H * o->att.HD;
+            const int chain = nx && nx->type == CU_OP_LINEAR && tp_suits(x, &nx->lin, cu_lin_T(&nx->lin, n)) &&
+                              nx->lin.norm == DD_NORM_NONE && nx->lin.x == o->att.out && nx->lin.ldx == HW &&
+                              nx->lin.w.K == HW && cu_lin_T(&nx->lin, n) == n * o->att.P;
+            CU_TRY(tp_launch(tp_attend3, dim3(n * o->att.KVH), dim3(32), tp_attend3_smem(&o->att), stream, o->att, n,
+                             chain ? (uint16_t *)x->hi : (uint16_t *)NULL, chain ? (uint16_t *)x->lo : (uint16_t *)NULL),
+                   err, "throughput executor launch");
+            split_done = chain;
+            i++;
+            continue;
+        }
+        if (o->type == CU_OP_ATTEND && tp_attend2_ok(&o->att)) { /* GQA: a block a (stream, kv head) */
+            CU_TRY(tp_launch(tp_attend2, dim3(n * o->att.KVH), dim3(128), tp_attend2_smem(&o->att), stream, o->att, n),
+                   err, "throughput executor launch");
+            i++;
+            continue;
+        }
         if (o->type == CU_OP_ATTEND && tp_attend_ok(&o->att)) {
             const int items = n * o->att.P * o->att.H;
             CU_TRY(tp_launch(tp_attend, dim3((items + 7) / 8), dim3(256), tp_attend_smem(&o->att), stream, o->att, n),
