@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The persistent throughput form (dev/cuda/tput_persist.patch, DD_TPP=1) in one device call: a side with the patch;
+# its host plan check (tpp_check); test_tput unquick with DD_TPP=1 (GPT-dims cases on the persistent form, bit for
+# bit against the frame kernel, graph replays included; CSM and tiny cases refused: the launches run them), then
+# test_invariance and test_device_capture quick, memcheck on test_tput quick 2; then exec_ab on the throughput
+# executor, GPT dims bf16 at 8, 64, 256 and 512 streams: base, side without and with DD_TPP=1, alternating.
+#   OUT=$OUT bash dev/cuda/tput_persist_call.sh
+CALL=tput_persist source "$(dirname "$0")/call_env.sh"
+C=/tmp/tp_persist
+rm -rf "$C" && mkdir -p "$C"
+tar cf - --exclude=./.git --exclude=./.raysite . | (cd "$C" && tar xf -)
+(cd "$C" && patch -p1 --forward --quiet <"$OLDPWD/dev/cuda/tput_persist.patch") || { log "patch does not apply"; exit 1; }
+(cd "$C" && make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda -j16 tests && dev/cuda/tpp_check/build.sh) >"$R/build_side.log" 2>&1
+log "side build rc $? ($(el))"
+(cd "$C" && timeout 120 build-cuda/tpp_check) >"$R/tpp_check.log" 2>&1
+log "tpp_check rc $?: $(tail -1 "$R/tpp_check.log") ($(el))"
+grep -E "^gpt +n +(8|64|256|512) decode " "$R/tpp_check.log" | tee -a "$S"
+for d in "$PWD" "$C"; do
+    cc -O2 -Iinclude dev/cuda/exec_ab.c "$d/build-cuda/libdepthdec.a" -L/usr/local/cuda/lib64 -lcudart -lstdc++ \
+        -ljansson -lm -lpthread -o "$d/build-cuda/exec_ab" >>"$R/build_ab.log" 2>&1 || log "exec_ab build failed ($d)"
+done
+SB=$C/build-cuda
+unset DD_TEST_QUICK
+DD_TPP=1 DD_TEST_ONLY=test_tput timeout 200 stdbuf -oL $SB/test_cuda >"$R/test_tput.log" 2>&1
+log "DD_TPP=1 test_tput (unquick) rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$R/test_tput.log" | tr '\n' ' ') ($(el))"
+grep -E "^\[  FAILED|^\[   LINE|persistent" "$R/test_tput.log" | head -6 | tee -a "$S"
+for t in test_invariance test_device_capture; do
+    DD_TPP=1 DD_TEST_QUICK=1 DD_TEST_ONLY=$t timeout 100 stdbuf -oL $SB/test_cuda >"$R/$t.log" 2>&1
+    log "DD_TPP=1 $t (quick) rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$R/$t.log" | tr '\n' ' ') ($(el))"
+done
+: >"$OUT/exec_ab.jsonl"
+for side in base side tpp; do
+    bin=$SB/exec_ab
+    [ $side = base ] && bin=build-cuda/exec_ab
+    e=
+    [ $side = tpp ] && e=DD_TPP=1
+    env $e EXEC_AB_NOLAT=1 EXEC_AB_NOFRAME=1 timeout 100 $bin gpt bf16 10 8 64 256 512 \
+        2>>"$R/exec_ab.err" | sed "s/^{/{\"side\": \"$side\", /" >>"$OUT/exec_ab.jsonl"
+done
+python3 - "$OUT/exec_ab.jsonl" <<'PY' | tee -a "$S"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+d = {(r["side"], r["batch"]): (r["ms_per_frame"], r["codes_equal_first"]) for r in rows}
+for b in sorted({r["batch"] for r in rows}):
+    print(f"gpt B{b:<4} " + "  ".join(f"{s} {d[(s, b)][0]:8.3f}" for s in ("base", "side", "tpp") if (s, b) in d))
+PY
+tail -3 "$R/exec_ab.err" | tee -a "$S"
+DD_TPP=1 DD_CUDA_TIMEOUT_S=100 DD_TEST_QUICK=2 DD_TEST_ONLY=test_tput timeout 150 \
+    compute-sanitizer --tool memcheck $SB/test_cuda >"$R/memcheck.log" 2>&1
+log "DD_TPP=1 memcheck test_tput (quick 2) rc $?: $(grep -E 'ERROR SUMMARY|PASSED|FAILED' "$R/memcheck.log" | tr '\n' ' ') ($(el))"
+(cd "$OUT" && tar czf work.tgz work && rm -rf work)
+log "# done $(date -u +%FT%TZ) ($(el))"
