@@ -58,8 +58,13 @@ def main():
             sys.exit("serve_two_nodes: no answer from /info within 180 s")
         ray.init(address=cluster.address, logging_level="ERROR")
         nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
-        replicas = [x.node_id for x in list_actors(filters=[("state", "=", "ALIVE")], detail=True)
-                    if "DepthDecoder" in (x.class_name or "")]
+        replicas, t0 = [], time.time()
+        while time.time() - t0 < 60:  # Ray's state API can lag the app's readiness on a loaded host
+            replicas = [x.node_id for x in list_actors(filters=[("state", "=", "ALIVE")], detail=True)
+                        if "DepthDecoder" in (x.class_name or "")]
+            if len(replicas) >= 2:
+                break
+            time.sleep(1)
         load = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "serve_load.py"),
                                "--model", a.model, "--url", "ws://127.0.0.1:%d/stream" % a.port,
                                "--streams", str(a.streams), "--seconds", str(a.seconds), "--check"],
