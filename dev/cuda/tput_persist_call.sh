@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The persistent throughput form (dev/cuda/tput_persist.patch, DD_TPP=1) in one device call (its host plan check,
-# dev/cuda/tpp_check, runs without a GPU: run it before): a side with the patch; test_tput unquick with DD_TPP=1 (GPT-dims cases on the persistent form, bit for
-# bit against the frame kernel, graph replays included; CSM and tiny cases refused: the launches run them), then
-# test_invariance and test_device_capture quick, memcheck on test_tput quick 2; then exec_ab on the throughput
+# dev/cuda/tpp_check, needs no GPU: run it before): a side with the patch; test_tput unquick with DD_TPP=1 (GPT-dims
+# cases on the persistent form, bit for bit against the frame kernel, graph replays included; CSM and tiny cases
+# refused: the launches run them), then test_invariance and test_device_capture quick, memcheck on test_tput quick 2; then exec_ab on the throughput
 # executor, GPT dims bf16 at 8, 64, 256 and 512 streams: base, side without and with DD_TPP=1, alternating.
 #   OUT=$OUT bash dev/cuda/tput_persist_call.sh
 CALL=tput_persist source "$(dirname "$0")/call_env.sh"
