@@ -8,21 +8,9 @@
 # unquick, test_invariance / test_device_capture quick) and A/B'd against base.
 #   LAND=dev/cuda/tp_land.patch OUT=$OUT bash dev/cuda/tp_ablate.sh
 CALL=tp_ablate source "$(dirname "$0")/call_env.sh"
-mk() { # dir patches...
-    local C=$1
-    shift
-    rm -rf "$C" && mkdir -p "$C"
-    tar cf - --exclude=./.git --exclude=./.raysite . | (cd "$C" && tar xf -)
-    for p in "$@"; do (cd "$C" && patch -p1 --forward --quiet <"$OLDPWD/$p") || { log "$p does not apply"; return 1; }; done
-    (cd "$C" && make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda -j16 tests) >"$R/build_$(basename $C).log" 2>&1
-    log "build $C ($*) rc $? ($(el))"
-    cc -O2 -Iinclude dev/cuda/exec_ab.c "$C/build-cuda/libdepthdec.a" -L/usr/local/cuda/lib64 -lcudart -lstdc++ \
-        -ljansson -lm -lpthread -o "$C/build-cuda/exec_ab" >>"$R/build_ab.log" 2>&1 || log "exec_ab build failed ($C)"
-}
-cc -O2 -Iinclude dev/cuda/exec_ab.c build-cuda/libdepthdec.a -L/usr/local/cuda/lib64 -lcudart -lstdc++ \
-    -ljansson -lm -lpthread -o build-cuda/exec_ab >>"$R/build_ab.log" 2>&1
-mk /tmp/tp_land ${LAND//,/ }
-mk /tmp/tp_probe ${LAND//,/ } dev/cuda/tput_probe.patch
+dev_prog exec_ab
+side_build /tmp/tp_land ${LAND//,/ }
+side_build /tmp/tp_probe ${LAND//,/ } dev/cuda/tput_probe.patch
 LB=/tmp/tp_land/build-cuda
 unset DD_TEST_QUICK
 DD_TEST_ONLY=test_tput timeout 150 $LB/test_cuda >"$R/land_test_tput.log" 2>&1
@@ -46,7 +34,7 @@ for spec in "gpt bf16 10 8 64 256 512" "csm bf16 6 8 256"; do
     done
 done
 if [ -n "${EXTRA-}" ]; then # another candidate on top of LAND: quick test_tput and the same A/B
-    mk /tmp/tp_extra ${LAND//,/ } ${EXTRA//,/ }
+    side_build /tmp/tp_extra ${LAND//,/ } ${EXTRA//,/ }
     DD_TEST_QUICK=1 DD_TEST_ONLY=test_tput timeout 100 /tmp/tp_extra/build-cuda/test_cuda >"$R/extra_test_tput.log" 2>&1
     log "extra test_tput (quick) rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$R/extra_test_tput.log" | tr '\n' ' ') ($(el))"
     for spec in "csm bf16 6 8 256" "gpt bf16 10 8 256"; do

@@ -16,21 +16,12 @@ k=0
 for side in $SIDES; do
     k=$((k + 1))
     C=/tmp/tput_side$k
-    rm -rf "$C" && mkdir -p "$C"
-    tar cf - --exclude=./.git --exclude=./.raysite . | (cd "$C" && tar xf -)
-    for p in ${side//,/ }; do
-        (cd "$C" && patch -p1 --forward --quiet <"$OLDPWD/$p") || { log "side $k: $p does not apply"; exit 1; }
-    done
-    (cd "$C" && make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda -j16 tests) >"$R/build_side$k.log" 2>&1
-    log "side $k build ($side) rc $? ($(el))"
-    cc -O2 -Iinclude dev/cuda/exec_ab.c "$C/build-cuda/libdepthdec.a" -L/usr/local/cuda/lib64 -lcudart -lstdc++ \
-        -ljansson -lm -lpthread -o "$C/build-cuda/exec_ab" >>"$R/build_ab.log" 2>&1 || log "exec_ab build failed ($C)"
+    side_build $C ${side//,/ } || exit 1
     DD_TEST_QUICK=1 DD_TEST_ONLY=test_tput timeout 100 $C/build-cuda/test_cuda >"$R/side${k}_test_tput_quick.log" 2>&1
     log "side $k test_tput (quick) rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$R/side${k}_test_tput_quick.log" | tr '\n' ' ') ($(el))"
     grep -E "^\[  FAILED|^\[   LINE|differ|mismatch" "$R/side${k}_test_tput_quick.log" | head -4 | tee -a "$S"
 done
-cc -O2 -Iinclude dev/cuda/exec_ab.c build-cuda/libdepthdec.a -L/usr/local/cuda/lib64 -lcudart -lstdc++ \
-    -ljansson -lm -lpthread -o build-cuda/exec_ab >>"$R/build_ab.log" 2>&1 || log "exec_ab build failed (base)"
+dev_prog exec_ab
 SB=/tmp/tput_side$NS/build-cuda
 unset DD_TEST_QUICK
 DD_TEST_ONLY=test_tput timeout 150 $SB/test_cuda >"$R/side_test_tput.log" 2>&1

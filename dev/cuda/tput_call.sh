@@ -8,10 +8,8 @@
 # stalls on the Kyutai MLX q8 fixture (dev/cuda/hang_probe.c, each case its own process under timeout).
 # Carry build-cuda/{cuobj,obj,tobj}.   OUT=$OUT bash dev/cuda/tput_call.sh
 CALL=tput source "$(dirname "$0")/call_env.sh"
-for p in exec_ab hang_probe; do
-    cc -O2 -Iinclude dev/cuda/$p.c $B/libdepthdec.a -L/usr/local/cuda/lib64 -lcudart -lstdc++ -ljansson -lm \
-        -lpthread -o $B/$p >"$R/build_$p.log" 2>&1 || log "$p build failed"
-done
+dev_prog exec_ab
+dev_prog hang_probe
 if [ -n "${HANG_PROBE-}" ]; then # the Kyutai MLX q8 stall on the latency executor (issue 17)
     for ex in frame lat tput; do
         for op in score greedy greedy_c0; do

@@ -6,15 +6,8 @@
 # groups of 32 / 64 / 128 streams (side), alternating.   OUT=$OUT bash dev/cuda/tput_groups_call.sh
 CALL=tput_groups source "$(dirname "$0")/call_env.sh"
 C=/tmp/tp_groups
-rm -rf "$C" && mkdir -p "$C"
-tar cf - --exclude=./.git --exclude=./.raysite . | (cd "$C" && tar xf -)
-(cd "$C" && patch -p1 --forward --quiet <"$OLDPWD/dev/cuda/tput_groups.patch") || { log "patch does not apply"; exit 1; }
-(cd "$C" && make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda -j16 tests) >"$R/build_side.log" 2>&1
-log "side build rc $? ($(el))"
-for d in "$PWD" "$C"; do
-    cc -O2 -Iinclude dev/cuda/exec_ab.c "$d/build-cuda/libdepthdec.a" -L/usr/local/cuda/lib64 -lcudart -lstdc++ \
-        -ljansson -lm -lpthread -o "$d/build-cuda/exec_ab" >>"$R/build_ab.log" 2>&1 || log "exec_ab build failed ($d)"
-done
+side_build $C dev/cuda/tput_groups.patch || exit 1
+dev_prog exec_ab
 SB=$C/build-cuda
 unset DD_TEST_QUICK
 for g in 64 32; do

@@ -7,15 +7,8 @@
 #   OUT=$OUT bash dev/cuda/tput_persist_call.sh
 CALL=tput_persist source "$(dirname "$0")/call_env.sh"
 C=/tmp/tp_persist
-rm -rf "$C" && mkdir -p "$C"
-tar cf - --exclude=./.git --exclude=./.raysite . | (cd "$C" && tar xf -)
-(cd "$C" && patch -p1 --forward --quiet <"$OLDPWD/dev/cuda/tput_persist.patch") || { log "patch does not apply"; exit 1; }
-(cd "$C" && make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda -j16 tests) >"$R/build_side.log" 2>&1
-log "side build rc $? ($(el))"
-for d in "$PWD" "$C"; do
-    cc -O2 -Iinclude dev/cuda/exec_ab.c "$d/build-cuda/libdepthdec.a" -L/usr/local/cuda/lib64 -lcudart -lstdc++ \
-        -ljansson -lm -lpthread -o "$d/build-cuda/exec_ab" >>"$R/build_ab.log" 2>&1 || log "exec_ab build failed ($d)"
-done
+side_build $C dev/cuda/tput_persist.patch || exit 1
+dev_prog exec_ab
 SB=$C/build-cuda
 unset DD_TEST_QUICK
 DD_TPP=1 DD_TEST_ONLY=test_tput timeout 200 stdbuf -oL $SB/test_cuda >"$R/test_tput.log" 2>&1
