@@ -384,7 +384,8 @@ __global__ void __launch_bounds__(32) tp_attend3(const cu_attend A, int n, uint1
     const int lane = threadIdx.x;
     float *Ks = tp_kv, *Vs = Ks + (size_t)nk * KS, *Qs = Vs + (size_t)nk * HD;
     const float *tok0 = A.qkv + (size_t)s * P * qw;
-    const float *kc = A.kc + (size_t)s * A.cstride + (size_t)kh * HD, *vc = A.vc + (size_t)s * A.cstride + (size_t)kh * HD;
+    const float *kc = A.kc + (size_t)s * A.cstride + (size_t)kh * HD,
+                *vc = A.vc + (size_t)s * A.cstride + (size_t)kh * HD;
     for (int idx = lane; idx < p0 * C; idx += 32) { /* earlier positions from the cache */
         const int j = idx / C, c = 4 * (idx % C);
         cu_cp_async16(Ks + (size_t)j * KS + c, kc + (size_t)j * kvw + c);
@@ -444,7 +445,8 @@ __global__ void __launch_bounds__(32) tp_attend3(const cu_attend A, int n, uint1
             float oa = 0.0f, ob = 0.0f;
             for (int j = 0; j < nq; j++) {
                 const float wj = __shfl_sync(0xffffffffu, j < 32 ? w0 : w1, j & 31);
-                const float va = da < HD ? Vs[(size_t)j * HD + da] : 0.0f, vb = db < HD ? Vs[(size_t)j * HD + db] : 0.0f;
+                const float va = da < HD ? Vs[(size_t)j * HD + da] : 0.0f,
+                            vb = db < HD ? Vs[(size_t)j * HD + db] : 0.0f;
                 oa = oa + wj * va;
                 ob = ob + wj * vb;
             }
@@ -467,13 +469,13 @@ __global__ void __launch_bounds__(32) tp_attend3(const cu_attend A, int n, uint1
 }
 
 /* One attention op for many streams with GQA (several q heads a kv head): a block of 128 threads a (stream, kv
- * head), for all its q heads and new positions. The group's keys (rows padded to HD + 1 floats: lane j reads row j without bank conflicts) and values
- * are staged in shared memory once: earlier positions from the cache with 16-byte loads by every thread, this pass's
- * rotated keys by cu_norm_rot_row and values from the qkv rows; the rotated queries likewise. Then a warp a query
- * with cu_attend_fast's arithmetic and order: lane j takes keys j and j + 32 (a sequential float32 dot over HD, then
- * / sqrt(HD)), max and sum over the same xor trees, lanes over dims d0 + lane and d0 + 32 + lane for the weighted
- * sum in key order. The append writes the values cu_attend_fast writes. HD % 4 == 0; dynamic shared memory
- * tp_attend2_smem. */
+ * head), for all its q heads and new positions. The group's keys (rows padded to HD + 1 floats: lane j reads row j
+ * without bank conflicts) and values are staged in shared memory once: earlier positions from the cache with 16-byte
+ * loads by every thread, this pass's rotated keys by cu_norm_rot_row and values from the qkv rows; the rotated
+ * queries likewise. Then a warp a query with cu_attend_fast's arithmetic and order: lane j takes keys j and j + 32
+ * (a sequential float32 dot over HD, then / sqrt(HD)), max and sum over the same xor trees, lanes over dims d0 +
+ * lane and d0 + 32 + lane for the weighted sum in key order. The append writes the values cu_attend_fast writes.
+ * HD % 4 == 0; dynamic shared memory tp_attend2_smem. */
 __global__ void __launch_bounds__(128) tp_attend2(const cu_attend A, int n) {
     extern __shared__ float tp_kv[];
     tp_pdl_trigger();
@@ -483,7 +485,8 @@ __global__ void __launch_bounds__(128) tp_attend2(const cu_attend A, int n) {
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     float *Ks = tp_kv, *Vs = Ks + (((size_t)NK * (HD + 1) + 3) & ~(size_t)3), *Qs = Vs + (size_t)NK * HD; /* Vs 16 B */
     const float *tok0 = A.qkv + (size_t)s * P * qw;
-    const float *kc = A.kc + (size_t)s * A.cstride + (size_t)kh * HD, *vc = A.vc + (size_t)s * A.cstride + (size_t)kh * HD;
+    const float *kc = A.kc + (size_t)s * A.cstride + (size_t)kh * HD,
+                *vc = A.vc + (size_t)s * A.cstride + (size_t)kh * HD;
     const int voff = (A.H + A.KVH + kh) * HD;
     for (int idx = tid; idx < p0 * (HD / 4); idx += 128) { /* earlier positions from the cache */
         const int j = idx / (HD / 4), c = 4 * (idx % (HD / 4));
@@ -494,7 +497,8 @@ __global__ void __launch_bounds__(128) tp_attend2(const cu_attend A, int n) {
         *(float4 *)(Vs + (size_t)j * HD + c) = v;
     }
     for (int r = warp; r < P; r += 4) { /* this pass's keys (rotated) and values */
-        cu_norm_rot_row(A, tok0 + (size_t)r * qw + (size_t)(A.H + kh) * HD, A.kn, p0 + r, Ks + (size_t)(p0 + r) * (HD + 1),
+        cu_norm_rot_row(A, tok0 + (size_t)r * qw + (size_t)(A.H + kh) * HD, A.kn, p0 + r,
+                        Ks + (size_t)(p0 + r) * (HD + 1),
                         lane);
         for (int d = lane; d < HD; d += 32) Vs[(size_t)(p0 + r) * HD + d] = __ldcg(tok0 + (size_t)r * qw + voff + d);
     }
@@ -540,7 +544,8 @@ __global__ void __launch_bounds__(128) tp_attend2(const cu_attend A, int n) {
             float oa = 0.0f, ob = 0.0f;
             for (int j = 0; j < nk; j++) {
                 const float wj = __shfl_sync(0xffffffffu, j < 32 ? w0 : w1, j & 31);
-                const float va = da < HD ? Vs[(size_t)j * HD + da] : 0.0f, vb = db < HD ? Vs[(size_t)j * HD + db] : 0.0f;
+                const float va = da < HD ? Vs[(size_t)j * HD + da] : 0.0f,
+                            vb = db < HD ? Vs[(size_t)j * HD + db] : 0.0f;
                 oa = oa + wj * va;
                 ob = ob + wj * vb;
             }
@@ -615,8 +620,8 @@ static size_t tp_attend3_smem(const cu_attend *A) {
 /* 1 when tp_attend3 suits op A: one query a (stream, kv head) group (no GQA: with G q heads a warp would attend
  * them one after the other, slower than tp_attend's warp a query at CSM dims, measured) */
 static int tp_attend3_ok(const cu_attend *A) {
-    return A->H == A->KVH && A->HD % 4 == 0 && A->cstride % 4 == 0 && (((uintptr_t)A->kc | (uintptr_t)A->vc) & 15) == 0 &&
-           tp_attend3_smem(A) <= 48 * 1024;
+    return A->H == A->KVH && A->HD % 4 == 0 && A->cstride % 4 == 0 &&
+           (((uintptr_t)A->kc | (uintptr_t)A->vc) & 15) == 0 && tp_attend3_smem(A) <= 48 * 1024;
 }
 
 /* 1 when linear L (T tokens) runs on the tile: bf16 weights, K % 128 == 0 (and <= 12288: tp_split's row in
@@ -796,8 +801,9 @@ static dd_status tp_enqueue(tp_exec *x, int v, int n, float temp, int topk, cuda
             const int chain = nx && nx->type == CU_OP_LINEAR && tp_suits(x, &nx->lin, cu_lin_T(&nx->lin, n)) &&
                               nx->lin.norm == DD_NORM_NONE && nx->lin.x == o->att.out && nx->lin.ldx == HW &&
                               nx->lin.w.K == HW && cu_lin_T(&nx->lin, n) == n * o->att.P;
+            uint16_t *hn = chain ? (uint16_t *)x->hi : NULL, *ln = chain ? (uint16_t *)x->lo : NULL;
             CU_TRY(tp_launch(tp_attend3, dim3(n * o->att.KVH), dim3(32), tp_attend3_smem(&o->att), stream, o->att, n,
-                             chain ? (uint16_t *)x->hi : (uint16_t *)NULL, chain ? (uint16_t *)x->lo : (uint16_t *)NULL),
+                             hn, ln),
                    err, "throughput executor launch");
             split_done = chain;
             i++;
