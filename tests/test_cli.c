@@ -132,6 +132,7 @@ static void expect_fail(int want_rc, const char *out, const char *const *needles
     for (int i = 0; needles[i]; i++)
         if (!strstr(g_err, needles[i])) fail_msg("depthdec %s: stderr lacks '%s': %s", args, needles[i], g_err);
     if (out && exists(out)) fail_msg("depthdec %s: failed but wrote %s", args, out);
+    if (g_out && *g_out) fail_msg("depthdec %s: failed but printed on stdout: %s", args, g_out); /* no partial output */
     assert_no_tmp_files();
 }
 #define NEEDLES(...) ((const char *const[]){__VA_ARGS__, NULL})

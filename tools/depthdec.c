@@ -1125,7 +1125,7 @@ static int cmd_quality(opts *o) {
     const dd_config *c = dd_model_config(m);
     int Q = c->levels, V = c->codebook_size, rc = 1;
     int64_t n = rows;
-    float *h = NULL, *ld = NULL, *lq = NULL;
+    float *h = NULL, *ld = NULL, *lq[2] = {NULL, NULL};
     int32_t *codes = NULL, *text = NULL;
     if (hp) {
         if (!(h = read_hidden(m, hp, &n)) || !(codes = read_codes(m, cp, "--codes", 2, (int64_t[]){n, Q}, V)))
@@ -1145,10 +1145,18 @@ static int cmd_quality(opts *o) {
         if (!(text = malloc((size_t)n * sizeof *text))) goto done;
         for (int64_t i = 0; i < n; i++) text[i] = (int32_t)((i * 104729u) % (unsigned)(c->text_vocab + 1));
     }
+    for (int qi = 0; qi < 2; qi++) { /* both quantized copies first: a refused group size prints nothing else */
+        p.bits = qi == 0 ? 8 : 4;
+        if (dd_model_export_mem(&mq[qi], m, &p, &e)) {
+            fail(&e);
+            goto done;
+        }
+    }
     size_t nl = (size_t)n * (Q - 1) * V;
     ld = malloc(nl * sizeof *ld);
-    lq = malloc(nl * sizeof *lq);
-    if (!ld || !lq) goto done;
+    lq[0] = malloc(nl * sizeof *lq[0]);
+    lq[1] = malloc(nl * sizeof *lq[1]);
+    if (!ld || !lq[0] || !lq[1]) goto done;
     int batch = n < 16 ? (int)n : 16;
     dd_decoder *d = make_decoder(m, b, batch, threads);
     if (!d) goto done;
@@ -1161,17 +1169,10 @@ static int cmd_quality(opts *o) {
                           NULL, &e))
             ok = !fail(&e);
     }
-    printf("quality: %s, %lld rows (%s), backend %s; error = |quantized - dense| / max|dense| per level\n",
-           dd_model_source(m), (long long)n, hp ? "given inputs" : "random hidden states and codes",
-           dd_backend_name(dd_decoder_backend(d)));
+    const char *bname = dd_backend_name(dd_decoder_backend(d));
     progress_end();
     dd_decoder_free(d);
-    for (int qi = 0; qi < 2 && ok; qi++) {
-        p.bits = qi == 0 ? 8 : 4;
-        if (dd_model_export_mem(&mq[qi], m, &p, &e)) {
-            ok = !fail(&e);
-            break;
-        }
+    for (int qi = 0; qi < 2 && ok; qi++) { /* every score first: an error prints nothing on stdout */
         dd_decoder *dq = make_decoder(mq[qi], b, batch, threads);
         if (!dq) {
             ok = 0;
@@ -1179,14 +1180,19 @@ static int cmd_quality(opts *o) {
         }
         for (int64_t r = 0; r < n && ok; r += batch) {
             int k = (int)(n - r < batch ? n - r : batch);
-            progress_line(t0, p.bits == 8 ? "quality: 8-bit model" : "quality: 4-bit model", r, n, "rows");
+            progress_line(t0, qi == 0 ? "quality: 8-bit model" : "quality: 4-bit model", r, n, "rows");
             if (dd_score_text(dq, k, h + r * c->input_dim, text ? text + r : NULL, codes + r * Q,
-                              lq + r * (Q - 1) * V, NULL, &e))
+                              lq[qi] + r * (Q - 1) * V, NULL, &e))
                 ok = !fail(&e);
         }
         progress_end();
         dd_decoder_free(dq);
-        if (!ok) break;
+    }
+    if (ok)
+        printf("quality: %s, %lld rows (%s), backend %s; error = |quantized - dense| / max|dense| per level\n",
+               dd_model_source(m), (long long)n, hp ? "given inputs" : "random hidden states and codes", bname);
+    for (int qi = 0; qi < 2 && ok; qi++) {
+        p.bits = qi == 0 ? 8 : 4;
         printf("\n%d-bit, group %d (scales %s):\n level   max err   mean err   top-1 agree\n", p.bits, p.group,
                dd_dtype_name(p.scale_type));
         double wmax = 0, wmean = 0;
@@ -1195,12 +1201,12 @@ static int cmd_quality(opts *o) {
             double mx = 0, se = 0, refmax = 0;
             int64_t agree = 0;
             for (int64_t r = 0; r < n; r++) {
-                const float *a = ld + ((size_t)r * (Q - 1) + l) * V, *q = lq + ((size_t)r * (Q - 1) + l) * V;
+                const float *a = ld + ((size_t)r * (Q - 1) + l) * V, *q = lq[qi] + ((size_t)r * (Q - 1) + l) * V;
                 for (int v = 0; v < V; v++) refmax = fmax(refmax, fabs(a[v]));
                 agree += argmax(a, V) == argmax(q, V);
             }
             for (int64_t r = 0; r < n; r++) {
-                const float *a = ld + ((size_t)r * (Q - 1) + l) * V, *q = lq + ((size_t)r * (Q - 1) + l) * V;
+                const float *a = ld + ((size_t)r * (Q - 1) + l) * V, *q = lq[qi] + ((size_t)r * (Q - 1) + l) * V;
                 for (int v = 0; v < V; v++) {
                     double d2 = fabs((double)q[v] - a[v]) / refmax;
                     mx = fmax(mx, d2);
@@ -1221,7 +1227,8 @@ done:
     free(codes);
     free(text);
     free(ld);
-    free(lq);
+    free(lq[0]);
+    free(lq[1]);
     dd_model_free(mq[0]);
     dd_model_free(mq[1]);
     dd_model_free(m);
