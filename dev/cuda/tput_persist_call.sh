@@ -3,7 +3,8 @@
 # dev/cuda/tpp_check, needs no GPU: run it before): a side with the patch; test_tput unquick with DD_TPP=1 (GPT-dims
 # cases on the persistent form, bit for bit against the frame kernel, graph replays included; CSM and tiny cases
 # refused: the launches run them), then test_invariance and test_device_capture quick, memcheck on test_tput quick 2; then exec_ab on the throughput
-# executor, GPT dims bf16 at 8, 64, 256 and 512 streams: base, side without and with DD_TPP=1, alternating.
+# executor, GPT dims bf16 at 8, 64, 256 and 512 streams: base, side without and with DD_TPP=1; the task trace of a
+# frame at 64, 256 and 512 streams (dev/cuda/tpp_trace.cu: CTA time by task kind, to set beside tpp_check's model).
 #   OUT=$OUT bash dev/cuda/tput_persist_call.sh
 CALL=tput_persist source "$(dirname "$0")/call_env.sh"
 C=/tmp/tp_persist
@@ -35,6 +36,16 @@ for b in sorted({r["batch"] for r in rows}):
     print(f"gpt B{b:<4} " + "  ".join(f"{s} {d[(s, b)][0]:8.3f}" for s in ("base", "side", "tpp") if (s, b) in d))
 PY
 tail -3 "$R/exec_ab.err" | tee -a "$S"
+# the task trace (dev/cuda/tpp_trace.cu, in the patch): where a frame's CTA time goes, beside tpp_check's model
+(cd $C && nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -fmad=false --std=c++17 -Iinclude -Isrc -DDD_WITH_CUDA=1 \
+    -DDD_WITH_CPU=1 dev/cuda/tpp_trace.cu build-cuda/libdepthdec.a -L/usr/local/cuda/lib64 -lcudart -ljansson -lm -lpthread \
+    -o build-cuda/tpp_trace) >"$R/build_tpp_trace.log" 2>&1 || log "tpp_trace build failed"
+for b in 64 256 512; do
+    timeout 60 $SB/tpp_trace gpt bf16 $b decode "$R/tpp_trace_$b.csv" >"$R/tpp_trace_$b.txt" 2>&1
+    log "tpp_trace gpt B$b rc $? ($(el))"
+    head -12 "$R/tpp_trace_$b.txt" | tee -a "$S"
+done
+gzip -f "$R"/tpp_trace_*.csv
 DD_TPP=1 DD_CUDA_TIMEOUT_S=100 DD_TEST_QUICK=2 DD_TEST_ONLY=test_tput timeout 150 \
     compute-sanitizer --tool memcheck $SB/test_cuda >"$R/memcheck.log" 2>&1
 log "DD_TPP=1 memcheck test_tput (quick 2) rc $?: $(grep -E 'ERROR SUMMARY|PASSED|FAILED' "$R/memcheck.log" | tr '\n' ' ') ($(el))"
