@@ -3,7 +3,8 @@
 # dev/cuda/tpp_check, needs no GPU: run it before): a side with the patch; test_tput unquick with DD_TPP=1 (GPT-dims
 # cases on the persistent form, bit for bit against the frame kernel, graph replays included; CSM and tiny cases
 # refused: the launches run them), then test_invariance and test_device_capture quick, memcheck on test_tput quick 2; then exec_ab on the throughput
-# executor, GPT dims bf16 at 8, 64, 256 and 512 streams: base, side without and with DD_TPP=1; the task trace of a
+# executor, GPT dims bf16 at 8, 64, 256 and 512 streams: base, side without and with DD_TPP=1 (and with
+# DD_TPP_EPIPARTS=4: a many-plane epilogue in 4 token parts, tested quick first); the task trace of a
 # frame at 64, 256 and 512 streams (dev/cuda/tpp_trace.cu: CTA time by task kind, to set beside tpp_check's model).
 #   OUT=$OUT bash dev/cuda/tput_persist_call.sh
 CALL=tput_persist source "$(dirname "$0")/call_env.sh"
@@ -15,16 +16,19 @@ unset DD_TEST_QUICK
 DD_TPP=1 DD_TEST_ONLY=test_tput timeout 200 stdbuf -oL $SB/test_cuda >"$R/test_tput.log" 2>&1
 log "DD_TPP=1 test_tput (unquick) rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$R/test_tput.log" | tr '\n' ' ') ($(el))"
 grep -E "^\[  FAILED|^\[   LINE|persistent" "$R/test_tput.log" | head -6 | tee -a "$S"
+DD_TPP=1 DD_TPP_EPIPARTS=4 DD_TEST_QUICK=1 DD_TEST_ONLY=test_tput timeout 150 stdbuf -oL $SB/test_cuda >"$R/test_tput_ep4.log" 2>&1
+log "DD_TPP=1 DD_TPP_EPIPARTS=4 test_tput (quick) rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$R/test_tput_ep4.log" | tr '\n' ' ') ($(el))"
 for t in test_invariance test_device_capture; do
     DD_TPP=1 DD_TEST_QUICK=1 DD_TEST_ONLY=$t timeout 100 stdbuf -oL $SB/test_cuda >"$R/$t.log" 2>&1
     log "DD_TPP=1 $t (quick) rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$R/$t.log" | tr '\n' ' ') ($(el))"
 done
 : >"$OUT/exec_ab.jsonl"
-for side in base side tpp; do
+for side in base side tpp tpp_ep4; do
     bin=$SB/exec_ab
     [ $side = base ] && bin=build-cuda/exec_ab
     e=
     [ $side = tpp ] && e=DD_TPP=1
+    [ $side = tpp_ep4 ] && e="DD_TPP=1 DD_TPP_EPIPARTS=4"
     env $e EXEC_AB_NOLAT=1 EXEC_AB_NOFRAME=1 timeout 100 $bin gpt bf16 10 8 64 256 512 \
         2>>"$R/exec_ab.err" | sed "s/^{/{\"side\": \"$side\", /" >>"$OUT/exec_ab.jsonl"
 done
@@ -33,7 +37,7 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 d = {(r["side"], r["batch"]): (r["ms_per_frame"], r["codes_equal_first"]) for r in rows}
 for b in sorted({r["batch"] for r in rows}):
-    print(f"gpt B{b:<4} " + "  ".join(f"{s} {d[(s, b)][0]:8.3f}" for s in ("base", "side", "tpp") if (s, b) in d))
+    print(f"gpt B{b:<4} " + "  ".join(f"{s} {d[(s, b)][0]:8.3f}" for s in ("base", "side", "tpp", "tpp_ep4") if (s, b) in d))
 PY
 tail -3 "$R/exec_ab.err" | tee -a "$S"
 # the task trace (dev/cuda/tpp_trace.cu, in the patch): where a frame's CTA time goes, beside tpp_check's model
