@@ -22,4 +22,5 @@ def test_two_nodes():
     print(json.dumps(out))
     assert out["nodes"] == 2 and out["replicas"] == 2 and out["replicas_on_distinct_nodes"] == 2
     load = out["load"]
-    assert load["lost"] == 0 and load["errors"] == 0 and load["wrong"] == 0 and load["frames"] >= 8  # 2 a stream: not a speed
+    # every stream round at least twice: how many frames depends on the host's load, not a speed check
+    assert load["lost"] == 0 and load["errors"] == 0 and load["wrong"] == 0 and load["frames"] >= 8
