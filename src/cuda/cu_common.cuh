@@ -15,7 +15,7 @@
  *
  * Numerics contract of every linear (it is what makes a stream's results independent of the batch size):
  *   activations n (float32, after the norm prologue) are split n = hi + lo with hi = bf16(n), lo = bf16(n - hi)
- *   (|n - hi - lo| <= 2^-18 |n|, about float32 accumulation error), weights enter the tensor cores exactly
+ *   (|n - hi - lo| < 2^-17 |n|, about float32 accumulation error), weights enter the tensor cores exactly
  *   (bf16 as is; f16 as two bf16 terms, exact; f32 and small-group quantized as three bf16 terms; MLX q8/q4 with
  *   group % 16 == 0 as the integer q, exact, with the group's scale and bias applied in float32 after each
  *   group: s * sum(q n) + b * sum(n)). For output (row j, token t) the products are accumulated by
