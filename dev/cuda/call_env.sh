@@ -75,3 +75,34 @@ side_build() {
     log "side $C build ($*) rc $? ($(el))"
     dev_prog exec_ab "$C/build-cuda"
 }
+
+# test_cuda's test $3 from $2 (a test_cuda binary) under `timeout $4`, with the VAR=value assignments after it:
+# the log in $R/$1.log; rc, cmocka's PASSED/FAILED lines and the first failure lines in the summary.
+#   cuda_test NAME BIN TEST SECONDS [VAR=value ...]
+cuda_test() {
+    local name=$1 bin=$2 t=$3 secs=$4
+    shift 4
+    env "$@" DD_TEST_ONLY=$t timeout "$secs" "$bin" >"$R/$name.log" 2>&1
+    log "$name: $t rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$R/$name.log" | tr '\n' ' ') ($(el))"
+    grep -E "^\[  FAILED|^\[   LINE" "$R/$name.log" | head -4 | tee -a "$S"
+}
+
+# compute-sanitizer memcheck on test_tput (quick 2) of $2 (a test_cuda binary), with the VAR=value assignments
+# after it; the log in $R/$1.log.   cuda_memcheck NAME BIN [VAR=value ...]
+cuda_memcheck() {
+    local name=$1 bin=$2
+    shift 2
+    env "$@" DD_CUDA_TIMEOUT_S=100 DD_TEST_QUICK=2 DD_TEST_ONLY=test_tput timeout 150 \
+        compute-sanitizer --tool memcheck "$bin" >"$R/$name.log" 2>&1
+    log "$name: memcheck test_tput (quick 2) rc $?: $(grep -E 'ERROR SUMMARY|PASSED|FAILED' "$R/$name.log" | tr '\n' ' ') ($(el))"
+}
+
+# One side of an exec_ab A/B on the throughput executor: `ab_side LABEL BIN "ARGS" [VAR=value ...]` runs BIN (an
+# exec_ab) with ARGS (model weights frames batches...) and appends its rows to $OUT/exec_ab.jsonl tagged "side":
+# LABEL; dev/cuda/ab_table.py prints them.
+ab_side() {
+    local label=$1 bin=$2 args=$3
+    shift 3
+    env "$@" EXEC_AB_NOLAT=1 EXEC_AB_NOFRAME=1 timeout 100 "$bin" $args 2>>"$R/exec_ab.err" |
+        sed "s/^{/{\"side\": \"$label\", /" >>"$OUT/exec_ab.jsonl"
+}

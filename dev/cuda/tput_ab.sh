@@ -17,50 +17,23 @@ for side in $SIDES; do
     k=$((k + 1))
     C=/tmp/tput_side$k
     side_build $C ${side//,/ } || exit 1
-    DD_TEST_QUICK=1 DD_TEST_ONLY=test_tput timeout 100 $C/build-cuda/test_cuda >"$R/side${k}_test_tput_quick.log" 2>&1
-    log "side $k test_tput (quick) rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$R/side${k}_test_tput_quick.log" | tr '\n' ' ') ($(el))"
-    grep -E "^\[  FAILED|^\[   LINE|differ|mismatch" "$R/side${k}_test_tput_quick.log" | head -4 | tee -a "$S"
+    cuda_test side${k}_test_tput_quick $C/build-cuda/test_cuda test_tput 100 DD_TEST_QUICK=1
 done
 dev_prog exec_ab
 SB=/tmp/tput_side$NS/build-cuda
 unset DD_TEST_QUICK
-DD_TEST_ONLY=test_tput timeout 150 $SB/test_cuda >"$R/side_test_tput.log" 2>&1
-log "last side test_tput (unquick) rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$R/side_test_tput.log" | tr '\n' ' ') ($(el))"
-grep -E "^\[  FAILED|^\[   LINE" "$R/side_test_tput.log" | head -4 | tee -a "$S"
-for t in test_invariance test_device_capture; do
-    DD_TEST_QUICK=1 DD_TEST_ONLY=$t timeout 100 $SB/test_cuda >"$R/side_$t.log" 2>&1
-    log "last side $t (quick) rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$R/side_$t.log" | tr '\n' ' ') ($(el))"
-done
+cuda_test side_test_tput $SB/test_cuda test_tput 150
+for t in test_invariance test_device_capture; do cuda_test side_$t $SB/test_cuda $t 100 DD_TEST_QUICK=1; done
 : >"$OUT/exec_ab.jsonl"
-for spec in "gpt 10 8 64 256 512" "csm 6 8 256"; do
-    set -- $spec
-    m=$1 fr=$2
-    shift 2
-    for side in base $(seq 1 $NS); do
-        bin=build-cuda/exec_ab
-        [ $side != base ] && bin=/tmp/tput_side$side/build-cuda/exec_ab
-        EXEC_AB_NOLAT=1 EXEC_AB_NOFRAME=1 timeout 100 $bin $m bf16 $fr "$@" 2>>"$R/exec_ab.err" |
-            sed "s/^{/{\"side\": \"$side\", /" >>"$OUT/exec_ab.jsonl"
-    done
+for spec in "gpt bf16 10 8 64 256 512" "csm bf16 6 8 256"; do
+    ab_side base build-cuda/exec_ab "$spec"
+    for k in $(seq 1 $NS); do ab_side side$k /tmp/tput_side$k/build-cuda/exec_ab "$spec"; done
 done
-python3 - "$OUT/exec_ab.jsonl" <<'PY' | tee -a "$S"
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-d = {(r["side"], r["model"], r["batch"]): r["ms_per_frame"] for r in rows}
-sides = sorted({r["side"] for r in rows if r["side"] != "base"})
-for m, b in sorted({(r["model"], r["batch"]) for r in rows}):
-    base = d.get(("base", m, b))
-    cols = " ".join(f"side{s} {d[(s, m, b)]:8.3f} ({d[(s, m, b)] / base:.3f}x)" for s in sides if (s, m, b) in d and base)
-    print(f"{m} B{b:<4} base {base:8.3f} ms  {cols}")
-PY
+python3 dev/cuda/ab_table.py "$OUT/exec_ab.jsonl" | tee -a "$S"
 EXEC_AB_WARM=0 EXEC_AB_NOFRAME=1 EXEC_AB_NOLAT=1 timeout 120 ncu --metrics gpu__time_duration.sum --csv \
     --launch-count 3000 $SB/exec_ab gpt bf16 1 256 >"$R/ncu_side_gpt256.csv" 2>"$R/ncu.err"
 log "ncu last side rc $? ($(el))"
 python3 dev/cuda/ncu_by_kernel.py "$R/ncu_side_gpt256.csv" "last side gpt bf16 B256 one frame" | tee -a "$S"
-if [ -z "${AB_NOMEMCHECK-}" ]; then
-    DD_CUDA_TIMEOUT_S=100 DD_TEST_QUICK=2 DD_TEST_ONLY=test_tput timeout 120 \
-        compute-sanitizer --tool memcheck $SB/test_cuda >"$R/side_memcheck.log" 2>&1
-    log "last side memcheck test_tput (quick 2) rc $?: $(grep -E 'ERROR SUMMARY|PASSED|FAILED' "$R/side_memcheck.log" | tr '\n' ' ') ($(el))"
-fi
+[ -z "${AB_NOMEMCHECK-}" ] && cuda_memcheck side_memcheck $SB/test_cuda
 (cd "$OUT" && tar czf work.tgz work && rm -rf work)
 log "# done $(date -u +%FT%TZ) ($(el))"
