@@ -29,9 +29,18 @@ if [ $mode = prebuild ]; then
     for sp in $SIDES; do
         side=${sp%%:*} pats=${sp#*:}
         tree_for "$side" "$pats" || exit 1
+        # the CUDA objects, then (the C objects taken from build-cuda/obj) the library and the timeline tool with
+        # the sha lat_iter.sh checks before it would build the tool again
         (cd "$W/$side" && make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda $(ls src/cuda/*.cu | sed 's|src/cuda/\(.*\)\.cu|build-cuda/cuobj/\1.o|') >build.log 2>&1 &&
             src_sha >build-cuda/cuobj/sources.sha && mkdir -p "$ROOT/build-ab/$side" && rm -rf "$ROOT/build-ab/$side/cuobj" &&
-            cp -r build-cuda/cuobj "$ROOT/build-ab/$side/" && echo "prebuilt $side") || { echo "prebuild $side failed"; tail -20 "$W/$side/build.log"; } &
+            cp -r build-cuda/cuobj "$ROOT/build-ab/$side/" && echo "prebuilt $side" &&
+            { [ ! -d "$ROOT/build-cuda/obj" ] || cp -r "$ROOT/build-cuda/obj" build-cuda/; } &&
+            make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda build-cuda/libdepthdec.a >>build.log 2>&1 &&
+            nvcc -O3 -arch=sm_90 -fmad=false --std=c++17 -lineinfo -Iinclude -Isrc -DDD_WITH_CUDA=1 -DDD_WITH_CPU=1 \
+                -Xcompiler -fPIC dev/cuda/lat_timeline.cu build-cuda/libdepthdec.a -ljansson -lm -lcudart \
+                -o "$ROOT/build-ab/$side/lat_timeline_base" >>build.log 2>&1 &&
+            (src_sha; echo ""; sha256sum dev/cuda/lat_timeline.cu) | sha256sum | cut -d' ' -f1 >"$ROOT/build-ab/$side/lat_timeline_base.sha" &&
+            echo "prebuilt $side: lat_timeline") || { echo "prebuild $side failed"; tail -20 "$W/$side/build.log"; } &
     done
     wait
     rm -rf "$W"
@@ -43,6 +52,7 @@ for sp in $SIDES; do
     tree_for "$side" "$pats" || continue
     mkdir -p "$OUT/$side" "$W/$side/build-cuda"
     [ -d "build-ab/$side/cuobj" ] && cp -r "build-ab/$side/cuobj" "$W/$side/build-cuda/"
+    cp build-ab/"$side"/lat_timeline_base* "$W/$side/build-cuda/" 2>/dev/null # its sha decides whether it is reused
     [ -d build-cuda/obj ] && cp -r build-cuda/obj "$W/$side/build-cuda/" # C objects: the same for every side
     tests=$([ "$side" = base ] && echo "${BASE_TESTS:-all:1}" || echo "${TESTS:-test_executors:2 test_e2e:1}")
     (cd "$W/$side" && OUT="$OUT/$side" TESTS="$tests" TL_CFGS="${TL_CFGS:-gpt:bf16:1 csm:bf16:1 gpt:bf16:8}" \

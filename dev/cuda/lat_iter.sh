@@ -44,9 +44,16 @@ if has timeline; then
     # variants: TL_VARIANTS="name:-DFLAG=1 ..." (lab experiments compiled into the timeline tool only)
     for var in ${TL_VARIANTS:-base:}; do
         name=${var%%:*} flags=${var#*:}
-        nvcc -O3 -arch=sm_90 -fmad=false --std=c++17 -lineinfo -Iinclude -Isrc -DDD_WITH_CUDA=1 -DDD_WITH_CPU=1 \
+        tl_sha=$( (src_sha; echo "$flags"; sha256sum dev/cuda/lat_timeline.cu) | sha256sum | cut -d' ' -f1)
+        if [ -x $B/lat_timeline_$name ] && [ "$(cat $B/lat_timeline_$name.sha 2>/dev/null)" = "$tl_sha" ]; then
+            echo "reusing lat_timeline_$name" # built ahead (lat_ab.sh prebuild)
+            continue
+        fi
+        rm -f $B/lat_timeline_$name.sha
+        { nvcc -O3 -arch=sm_90 -fmad=false --std=c++17 -lineinfo -Iinclude -Isrc -DDD_WITH_CUDA=1 -DDD_WITH_CPU=1 \
             -Xcompiler -fPIC $flags dev/cuda/lat_timeline.cu $B/libdepthdec.a -ljansson -lm -lcudart \
-            -o $B/lat_timeline_$name >"$OUT/tl_build_$name.log" 2>&1 || { tail -20 "$OUT/tl_build_$name.log"; } &
+            -o $B/lat_timeline_$name >"$OUT/tl_build_$name.log" 2>&1 && echo "$tl_sha" >$B/lat_timeline_$name.sha; } ||
+            { tail -20 "$OUT/tl_build_$name.log"; } &
     done
     wait
     for var in ${TL_VARIANTS:-base:}; do
@@ -68,13 +75,13 @@ if has lines; then # SASS with source lines of the timeline build: where the cod
     ls -la "$OUT/lines.sass"
 fi
 if has ncu; then # warp stall reasons of one frame of the latency kernel ("No Instruction" = instruction fetch)
-    timeout 240 ncu --clock-control none --kernel-name lt_kernel --launch-skip 5 --launch-count 1 \
+    timeout 240 ncu --clock-control none --kernel-name regex:lt_kernel --launch-skip 5 --launch-count 1 \
         --section WarpStateStats --section SchedulerStats --section LaunchStats \
         $B/lat_timeline_base gpt bf16 1 >"$OUT/ncu.txt" 2>&1
     echo "ncu rc $?"; grep -E "Stall|stall|Warp Cycles|Issued|No Eligible|Active Warps|Registers|Instruction" "$OUT/ncu.txt" | head -40
 fi
 if has ncusrc; then # per-SASS-instruction stall samples of one frame (pair with lines.sass for source lines)
-    timeout 300 ncu --clock-control none --kernel-name lt_kernel --launch-skip 5 --launch-count 1 \
+    timeout 300 ncu --clock-control none --kernel-name regex:lt_kernel --launch-skip 5 --launch-count 1 \
         --section SourceCounters --page source --csv --print-source sass \
         $B/lat_timeline_base ${NCU_CFG:-gpt bf16 1} >"$OUT/src.csv" 2>"$OUT/ncusrc.err"
     echo "ncu source rc $?"; ls -la "$OUT/src.csv"; head -3 "$OUT/src.csv" | cut -c1-400; tail -3 "$OUT/ncusrc.err"

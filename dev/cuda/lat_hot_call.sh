@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Issue 13: the latency kernel's hot path, one device call per SIDES set, each against the tree (base): tests per
+# side, then the per-op timeline (host-timed medians: the A/B figures) at GPT bf16 B1, GPT q8 B1 (the first q8
+# timeline: q8 is 2.3 ms slower than bf16 at B1), CSM bf16 B1, GPT bf16 B8.
+#   pin:  attn_pin.patch (the softmax weights' division out of the value loop; every executor's attention)
+#   wsel: lat_wsel.patch (one kernel instance per linear weight mode)
+#   call 2, SIDES="$(bash dev/cuda/lat_hot_call.sh --call2)":
+#   wdiv: wsel + lat_polldiv.patch (the poll's addresses without a division per element)
+#   wall: wdiv + pin + lat_pollnoinl.patch (the poll out of line)
+# here first (each side's CUDA objects and timeline tool; the C objects come from build-cuda/obj):
+#   make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda -j2 tests
+#   dev/cuda/lat_ab.sh prebuild "$(bash dev/cuda/lat_hot_call.sh --all)"
+# device: OUT=$OUT bash dev/cuda/lat_hot_call.sh   carrying build-ab, build-cuda/obj, .debs
+set -u
+cd "$(dirname "$0")/../.."
+P=dev/cuda
+CALL1="pin:$P/attn_pin.patch wsel:$P/lat_wsel.patch"
+CALL2="wdiv:$P/lat_wsel.patch,$P/lat_polldiv.patch wall:$P/lat_wsel.patch,$P/lat_polldiv.patch,$P/attn_pin.patch,$P/lat_pollnoinl.patch"
+case "${1:-}" in
+--all) echo "$CALL1 $CALL2"; exit 0 ;;
+--call2) echo "$CALL2"; exit 0 ;;
+esac
+BASE_TESTS=${BASE_TESTS:-test_executors:2} TESTS=${TESTS:-"test_executors:2 test_e2e:1"} \
+    TL_CFGS=${TL_CFGS:-"gpt:bf16:1 gpt:q8:1 csm:bf16:1 gpt:bf16:8"} bash $P/lat_ab.sh "${SIDES:-$CALL1}"
