@@ -20,6 +20,7 @@ here, without a GPU.
 import collections
 import os
 import re
+import signal
 import sys
 
 LOC = re.compile(r'//## File "([^"]+)", line (\d+)(.*)$')
@@ -131,4 +132,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # | head
     main(sys.argv)
