@@ -10,7 +10,9 @@
 # here first (each side's CUDA objects and timeline tool; the C objects come from build-cuda/obj):
 #   make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda -j2 tests
 #   dev/cuda/lat_ab.sh prebuild "$(bash dev/cuda/lat_hot_call.sh --all)"
-# device: OUT=$OUT bash dev/cuda/lat_hot_call.sh   carrying build-ab, build-cuda/obj, .debs
+# device: OUT=$OUT bash dev/cuda/lat_hot_call.sh   carrying build-ab/{base,pin,wsel} (call 2: base,wdiv,wall),
+#         build-cuda/obj, .debs (about 45 MB); then (call 1 only, ~1 min) derisk/chain.cu: the per-op floor of
+#         the chain itself (hop, statistics, normalise through every SM, no weights)
 set -u
 cd "$(dirname "$0")/../.."
 P=dev/cuda
@@ -20,5 +22,12 @@ case "${1:-}" in
 --all) echo "$CALL1 $CALL2"; exit 0 ;;
 --call2) echo "$CALL2"; exit 0 ;;
 esac
+R=${OUT:-/tmp/lat_hot}
+W=$R/work # the device tool brings back 8 files at most: the sides' files go into one archive, summaries beside it
+mkdir -p "$W"
 BASE_TESTS=${BASE_TESTS:-test_executors:2} TESTS=${TESTS:-"test_executors:2 test_e2e:1"} \
-    TL_CFGS=${TL_CFGS:-"gpt:bf16:1 gpt:q8:1 csm:bf16:1 gpt:bf16:8"} bash $P/lat_ab.sh "${SIDES:-$CALL1}"
+    TL_CFGS=${TL_CFGS:-"gpt:bf16:1 gpt:q8:1 csm:bf16:1 gpt:bf16:8"} OUT=$W bash $P/lat_ab.sh "${SIDES:-$CALL1}" |
+    tee "$R/summary.txt"
+[ -z "${SIDES:-}" ] && OUT=$W/chain BUDGET_S=90 bash $P/derisk/run.sh chain 2>&1 | tail -15 | tee -a "$R/summary.txt"
+for d in "$W"/*/; do [ -f "$d/timeline.md" ] && { echo "## side $(basename "$d")"; cat "$d/timeline.md"; }; done >"$R/timeline.md"
+(cd "$W" && tar czf "$R/lat_hot.tgz" .) && rm -rf "$W"
