@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 13: the latency kernel's hot path, one device call per SIDES set, each against the tree (base): tests per
 # side, then the per-op timeline (host-timed medians: the A/B figures) at GPT bf16 B1, GPT q8 B1 (the first q8
-# timeline: q8 is 2.3 ms slower than bf16 at B1), CSM bf16 B1, GPT bf16 B8.
+# timeline: q8 is 2.3 ms slower than bf16 at B1), GPT f32 B1 (lat_wsel's generic instance, which has more spills
+# than before: 168-616 bytes), CSM bf16 B1, GPT bf16 B8. The A/B is cut at 500 s so its files are packed in time.
 #   pin:  attn_pin.patch (the softmax weights' division out of the value loop; every executor's attention)
 #   wsel: lat_wsel.patch (one kernel instance per linear weight mode)
 #   call 2, SIDES="$(bash dev/cuda/lat_hot_call.sh --call2)":
@@ -26,7 +27,7 @@ R=${OUT:-/tmp/lat_hot}
 W=$R/work # the device tool brings back 8 files at most: the sides' files go into one archive, summaries beside it
 mkdir -p "$W"
 BASE_TESTS=${BASE_TESTS:-test_executors:2} TESTS=${TESTS:-"test_executors:2 test_e2e:1"} \
-    TL_CFGS=${TL_CFGS:-"gpt:bf16:1 gpt:q8:1 csm:bf16:1 gpt:bf16:8"} OUT=$W bash $P/lat_ab.sh "${SIDES:-$CALL1}" |
+    TL_CFGS=${TL_CFGS:-"gpt:bf16:1 gpt:q8:1 gpt:f32:1 csm:bf16:1 gpt:bf16:8"} OUT=$W timeout 500 bash $P/lat_ab.sh "${SIDES:-$CALL1}" |
     tee "$R/summary.txt"
 [ -z "${SIDES:-}" ] && OUT=$W/chain BUDGET_S=90 bash $P/derisk/run.sh chain 2>&1 | tail -15 | tee -a "$R/summary.txt"
 for d in "$W"/*/; do [ -f "$d/timeline.md" ] && { echo "## side $(basename "$d")"; cat "$d/timeline.md"; }; done >"$R/timeline.md"

@@ -44,7 +44,7 @@ if has timeline; then
     # variants: TL_VARIANTS="name:-DFLAG=1 ..." (lab experiments compiled into the timeline tool only)
     for var in ${TL_VARIANTS:-base:}; do
         name=${var%%:*} flags=${var#*:}
-        tl_sha=$( (src_sha; echo "$flags"; sha256sum dev/cuda/lat_timeline.cu) | sha256sum | cut -d' ' -f1)
+        tl_sha=$( (src_sha; echo "$flags"; sha256sum dev/cuda/lat_timeline.cu; cat src/*.c src/*/*.c | sha256sum) | sha256sum | cut -d' ' -f1)
         if [ -x $B/lat_timeline_$name ] && [ "$(cat $B/lat_timeline_$name.sha 2>/dev/null)" = "$tl_sha" ]; then
             echo "reusing lat_timeline_$name" # built ahead (lat_ab.sh prebuild)
             continue
