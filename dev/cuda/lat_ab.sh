@@ -29,18 +29,15 @@ if [ $mode = prebuild ]; then
     for sp in $SIDES; do
         side=${sp%%:*} pats=${sp#*:}
         tree_for "$side" "$pats" || exit 1
-        # the CUDA objects, then (the C objects taken from build-cuda/obj) the library and the timeline tool with
-        # the sha lat_iter.sh checks before it would build the tool again (the CUDA and C sources and the tool's
-        # source; its nvcc line is the same in both scripts: change both or neither)
+        # the CUDA objects, then (the C objects taken from build-cuda/obj) the library and the timeline tool, by
+        # lat_iter.sh's own build step (its sha says on the device whether the tool is still current)
         (cd "$W/$side" && make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda $(ls src/cuda/*.cu | sed 's|src/cuda/\(.*\)\.cu|build-cuda/cuobj/\1.o|') >build.log 2>&1 &&
             src_sha >build-cuda/cuobj/sources.sha && mkdir -p "$ROOT/build-ab/$side" && rm -rf "$ROOT/build-ab/$side/cuobj" &&
             cp -r build-cuda/cuobj "$ROOT/build-ab/$side/" && echo "prebuilt $side" &&
             { [ ! -d "$ROOT/build-cuda/obj" ] || cp -rp "$ROOT/build-cuda/obj" build-cuda/; } &&
             make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda build-cuda/libdepthdec.a >>build.log 2>&1 &&
-            nvcc -O3 -arch=sm_90 -fmad=false --std=c++17 -lineinfo -Iinclude -Isrc -DDD_WITH_CUDA=1 -DDD_WITH_CPU=1 \
-                -Xcompiler -fPIC dev/cuda/lat_timeline.cu build-cuda/libdepthdec.a -ljansson -lm -lcudart \
-                -o "$ROOT/build-ab/$side/lat_timeline_base" >>build.log 2>&1 &&
-            (src_sha; echo ""; sha256sum dev/cuda/lat_timeline.cu; cat src/*.c src/*/*.c | sha256sum) | sha256sum | cut -d' ' -f1 >"$ROOT/build-ab/$side/lat_timeline_base.sha" &&
+            OUT="$W/$side/tl" LT_PACK=0 bash dev/cuda/lat_iter.sh tlbuild >>build.log 2>&1 &&
+            cp -p build-cuda/lat_timeline_base build-cuda/lat_timeline_base.sha "$ROOT/build-ab/$side/" &&
             echo "prebuilt $side: lat_timeline") || { echo "prebuild $side failed"; tail -20 "$W/$side/build.log"; } &
     done
     wait

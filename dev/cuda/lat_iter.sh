@@ -2,7 +2,8 @@
 # One device call while the latency executor (src/cuda/lat.cu) is being built up: build (reusing the carried
 # build-cuda/cuobj when its sources.sha matches), the executor-vs-frame-kernel test, depthdec bench on the SPEC §6
 # batch-1/8 points and a short batch curve, and the PyTorch graph loop in the same call. Logs under $OUT.
-#   OUT=/tmp/x dev/cuda/lat_iter.sh [steps]      steps: any of build quick bench torch tests (default all)
+#   OUT=/tmp/x dev/cuda/lat_iter.sh [steps]      steps: any of build quick bench torch tests (default all);
+#   tlbuild (no GPU: only the timeline tool, from an existing build-cuda/libdepthdec.a; lat_ab.sh prebuild)
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/lat_iter}
@@ -18,7 +19,7 @@ if [ ! -f /usr/include/cmocka.h ] || [ ! -f /usr/include/jansson.h ]; then
     for f in .debs/*.deb; do dpkg -x "$f" /; done
     ldconfig
 fi
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+has tlbuild || nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 src_sha() { { cat src/cuda/*.cu src/cuda/*.cuh src/*.h src/model/*.h include/depthdec.h; grep -E "NVFLAGS|NVCC|CUDA_ARCH" Makefile; } | sha256sum | cut -d' ' -f1; }
 if has build; then
     if [ -f $B/cuobj/sources.sha ] && [ "$(cat $B/cuobj/sources.sha)" = "$(src_sha)" ]; then touch $B/cuobj/*.o; echo "reusing CUDA objects"; fi
@@ -40,20 +41,26 @@ if has tests; then
         echo "$t rc $?"; grep -vE "^\[ (RUN|  *OK) " "$OUT/$t.log" | tail -30
     done
 fi
+# the timeline tool of a variant, unless one built from the same sources is there (lat_ab.sh prebuild builds it
+# ahead with this function: `lat_iter.sh tlbuild`); the sha covers the CUDA and C sources, the tool and the flags
+tl_build() { # $1 name, $2 nvcc flags
+    local name=$1 flags=$2 tl_sha
+    tl_sha=$( (src_sha; echo "$flags"; sha256sum dev/cuda/lat_timeline.cu; cat src/*.c src/*/*.c | sha256sum) | sha256sum | cut -d' ' -f1)
+    if [ -x $B/lat_timeline_$name ] && [ "$(cat $B/lat_timeline_$name.sha 2>/dev/null)" = "$tl_sha" ]; then
+        echo "reusing lat_timeline_$name"
+        return 0
+    fi
+    rm -f $B/lat_timeline_$name.sha
+    { nvcc -O3 -arch=sm_90 -fmad=false --std=c++17 -lineinfo -Iinclude -Isrc -DDD_WITH_CUDA=1 -DDD_WITH_CPU=1 \
+        -Xcompiler -fPIC $flags dev/cuda/lat_timeline.cu $B/libdepthdec.a -ljansson -lm -lcudart \
+        -o $B/lat_timeline_$name >"$OUT/tl_build_$name.log" 2>&1 && echo "$tl_sha" >$B/lat_timeline_$name.sha; } ||
+        { tail -20 "$OUT/tl_build_$name.log"; return 1; }
+}
+has tlbuild && { tl_build base "" || exit 1; }
 if has timeline; then
     # variants: TL_VARIANTS="name:-DFLAG=1 ..." (lab experiments compiled into the timeline tool only)
     for var in ${TL_VARIANTS:-base:}; do
-        name=${var%%:*} flags=${var#*:}
-        tl_sha=$( (src_sha; echo "$flags"; sha256sum dev/cuda/lat_timeline.cu; cat src/*.c src/*/*.c | sha256sum) | sha256sum | cut -d' ' -f1)
-        if [ -x $B/lat_timeline_$name ] && [ "$(cat $B/lat_timeline_$name.sha 2>/dev/null)" = "$tl_sha" ]; then
-            echo "reusing lat_timeline_$name" # built ahead (lat_ab.sh prebuild)
-            continue
-        fi
-        rm -f $B/lat_timeline_$name.sha
-        { nvcc -O3 -arch=sm_90 -fmad=false --std=c++17 -lineinfo -Iinclude -Isrc -DDD_WITH_CUDA=1 -DDD_WITH_CPU=1 \
-            -Xcompiler -fPIC $flags dev/cuda/lat_timeline.cu $B/libdepthdec.a -ljansson -lm -lcudart \
-            -o $B/lat_timeline_$name >"$OUT/tl_build_$name.log" 2>&1 && echo "$tl_sha" >$B/lat_timeline_$name.sha; } ||
-            { tail -20 "$OUT/tl_build_$name.log"; } &
+        tl_build "${var%%:*}" "${var#*:}" &
     done
     wait
     for var in ${TL_VARIANTS:-base:}; do

@@ -37,15 +37,6 @@ struct chain_args {
     u64 timeout_ns; /* from the kernel's start, by %globaltimer */
 };
 
-__device__ __forceinline__ u64 ld_relaxed(const u64 *p) {
-    u64 v;
-    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p));
-    return v;
-}
-__device__ __forceinline__ void st_relaxed(u64 *p, float v, unsigned e) {
-    const u64 w = ((u64)e << 32) | __float_as_uint(v);
-    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(w));
-}
 __device__ __forceinline__ void bar_nc(void) { asm volatile("bar.sync 1, %0;" ::"n"(NC) : "memory"); }
 
 __global__ void __launch_bounds__(NT, 1) chain_kernel(chain_args A) {
@@ -68,7 +59,7 @@ __global__ void __launch_bounds__(NT, 1) chain_kernel(chain_args A) {
 #pragma unroll
             for (int u = 0; u < 8; u++) {
                 const int idx = base + u * NC;
-                w[u] = idx < n ? ld_relaxed(in + idx) : (u64)E << 32;
+                w[u] = idx < n ? dr_ld_ll(in + idx) : (u64)E << 32;
             }
             unsigned spins = 0;
             for (;;) {
@@ -83,7 +74,7 @@ __global__ void __launch_bounds__(NT, 1) chain_kernel(chain_args A) {
                 }
 #pragma unroll
                 for (int u = 0; u < 8; u++)
-                    if ((miss >> u) & 1u) w[u] = ld_relaxed(in + base + u * NC);
+                    if ((miss >> u) & 1u) w[u] = dr_ld_ll(in + base + u * NC);
             }
 #pragma unroll
             for (int u = 0; u < 8; u++) {
@@ -121,7 +112,7 @@ __global__ void __launch_bounds__(NT, 1) chain_kernel(chain_args A) {
         }
         if (b < A.nprod) { /* this SM's slice of the output; the others only read */
             const int k0 = b * slice, k1 = min(n, k0 + slice);
-            for (int k = k0 + tid; k < k1; k += NC) st_relaxed(out + k, x[k] + 1.0f + 0.0f * mean, E + 1u);
+            for (int k = k0 + tid; k < k1; k += NC) dr_st_ll(out + k, x[k] + 1.0f + 0.0f * mean, E + 1u);
         }
         (void)G;
     }

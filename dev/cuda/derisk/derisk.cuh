@@ -54,6 +54,17 @@ __device__ __forceinline__ u64 dr_clock(void) { /* this SM's cycles */
     asm volatile("mov.u64 %0, %%clock64;" : "=l"(t)::"memory");
     return t;
 }
+/* a published word {epoch << 32 | value bits} (the executors' LL words): one relaxed 8-byte load / store at gpu
+ * scope, the latency executor's lt_ld / lt_st */
+__device__ __forceinline__ u64 dr_ld_ll(const u64 *p) {
+    u64 v;
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ void dr_st_ll(u64 *p, float v, unsigned e) {
+    const u64 w = ((u64)e << 32) | __float_as_uint(v);
+    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(w));
+}
 __device__ __forceinline__ uint32_t dr_smid(void) {
     uint32_t r;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(r));

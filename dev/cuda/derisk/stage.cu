@@ -41,11 +41,6 @@
 #define REPS 64
 
 __device__ __forceinline__ void nbar(void) { asm volatile("bar.sync 1, %0;" ::"n"(NC) : "memory"); }
-__device__ __forceinline__ u64 ld_relaxed(const u64 *p) {
-    u64 v;
-    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p));
-    return v;
-}
 
 enum { PH_BAR, PH_POLL8, PH_STATS32, PH_TREE, PH_8W, PH_NORM1, PH_NORM3, PH_ITEM1, PH_ITEM8, PH_ITEM2X, PH_SAMPLE, PH_SAMPLE_OLD, PH_HIST_ATOM, PH_HIST_WARP, PH_HIST_AGG, PH_ARGMAX, NPH };
 static const char *ph_name[NPH] = {"bar", "poll8", "stats32", "stats_tree", "stats_8w", "norm_u1", "norm_u3",
@@ -210,7 +205,7 @@ __global__ void __launch_bounds__(512, 1) k_stage(const u64 *words, const float 
         if (spin_others && tid < NC) {
             const u64 *p = words + (blockIdx.x * 37 + tid) % K;
             u64 acc = 0;
-            while (!g_stop) acc += ld_relaxed(p);
+            while (!g_stop) acc += dr_ld_ll(p);
             if (acc == 42) sink[1] = 1.0f;
         }
         return;
@@ -236,7 +231,7 @@ __global__ void __launch_bounds__(512, 1) k_stage(const u64 *words, const float 
 #pragma unroll
                 for (int u = 0; u < 8; u++) {
                     const int idx = tid + u * NC;
-                    w[u] = idx < K ? ld_relaxed(words + idx) : (u64)E << 32;
+                    w[u] = idx < K ? dr_ld_ll(words + idx) : (u64)E << 32;
                 }
                 unsigned miss = 0;
 #pragma unroll
