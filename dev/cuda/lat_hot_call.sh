@@ -27,7 +27,7 @@ R=${OUT:-/tmp/lat_hot}
 W=$R/work # the device tool brings back 8 files at most: the sides' files go into one archive, summaries beside it
 mkdir -p "$W"
 BASE_TESTS=${BASE_TESTS:-test_executors:2} TESTS=${TESTS:-"test_executors:2 test_e2e:1"} \
-    TL_CFGS=${TL_CFGS:-"gpt:bf16:1 gpt:q8:1 gpt:f32:1 csm:bf16:1 gpt:bf16:8"} OUT=$W timeout 500 bash $P/lat_ab.sh "${SIDES:-$CALL1}" |
+    TL_CFGS=${TL_CFGS:-"gpt:bf16:1 gpt:q8:1 gpt:f32:1 csm:bf16:1 gpt:bf16:8"} OUT=$W timeout ${AB_CUT_S:-500} bash $P/lat_ab.sh "${SIDES:-$CALL1}" |
     tee "$R/summary.txt"
 [ -z "${SIDES:-}" ] && OUT=$W/chain BUDGET_S=90 bash $P/derisk/run.sh chain 2>&1 | tail -15 | tee -a "$R/summary.txt"
 for d in "$W"/*/; do [ -f "$d/timeline.md" ] && { echo "## side $(basename "$d")"; cat "$d/timeline.md"; }; done >"$R/timeline.md"
