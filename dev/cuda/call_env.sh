@@ -17,6 +17,8 @@ S=$OUT/summary.txt
 log() { echo "$@" | tee -a "$S"; }
 T0=$(date +%s)
 el() { echo "$(($(date +%s) - T0)) s"; }
+# fits SECONDS NAME: false (and logged) when the seconds used plus SECONDS would pass $CAP_S (default: no cap)
+fits() { (($(date +%s) - T0 + $1 <= ${CAP_S:-100000})) || { log "skipped $2: $(el) used, cap ${CAP_S} s"; return 1; }; }
 log "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader)"
 find build-cuda -type f -exec touch {} +
 make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda -j16 ${MAKE_TARGET-tests} >"$R/build.log" 2>&1

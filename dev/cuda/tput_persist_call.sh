@@ -20,8 +20,6 @@ SB=$C/build-cuda
 unset DD_TEST_QUICK
 PART=${PART:-1 2}
 LEAN=${TPP_LEAN:-}
-CAP=${CAP_S:-100000}
-fits() { (($(date +%s) - T0 + $1 <= CAP)) || { log "skipped $2: $(el) used, cap $CAP s"; return 1; }; }
 if [[ $PART == *1* ]]; then
 cuda_test tpp_test_tput $SB/test_cuda test_tput 200 DD_TPP=1
 grep -E "persistent" "$R/tpp_test_tput.log" | head -2 | tee -a "$S"

@@ -127,6 +127,7 @@ static __device__ __noinline__ void cu_attend_query(const cu_attend &A, int s, i
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     float w0 = e0 / sum, w1 = e1 / sum;
+    cu_pin(w0, w1);
     float *out = A.out + (size_t)t * A.H * HD + (size_t)h * HD;
     for (int d0 = 0; d0 < HD; d0 += 32) {
         const int d = d0 + lane;
@@ -224,6 +225,7 @@ static __device__ __noinline__ void cu_attend_fast(const cu_attend &A, int s, in
     float sum = e0 + e1;
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     float w0 = e0 / sum, w1 = e1 / sum;
+    cu_pin(w0, w1);
     /* out: lane takes dims d and d + 32 of a 64-wide slice; values of 16 keys in flight; keys in order */
     float *out = A.out + ((size_t)s * A.P + i) * A.H * HD + (size_t)h * HD;
 #pragma unroll 1

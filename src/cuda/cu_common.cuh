@@ -258,4 +258,11 @@ void cu_free_all(void **allocs, int nallocs);
                            "backend cuda: %s: %s", what, cudaGetErrorString(ce_));                                 \
     } while (0)
 
+/* Pin values in registers where they are computed. The softmax weights of the attention kernels, w0 = e0 / sum and
+ * w1 = e1 / sum, are read in the value loop as sel(j < 32, w0, w1); nvcc (13.0, sm_90) rewrote that as
+ * sel(j < 32, e0, e1) / sum inside the loop: an IEEE division with its slow-path branch per key and lane instead
+ * of two per query (seen in the SASS of every attention kernel). An empty asm with the values as in/out operands
+ * makes them opaque to that rewrite: the same bits, computed once. */
+__device__ __forceinline__ void cu_pin(float &a, float &b) { asm volatile("" : "+f"(a), "+f"(b)); }
+
 #endif

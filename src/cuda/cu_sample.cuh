@@ -236,8 +236,11 @@ __device__ __forceinline__ float cu_raw_val(const cu_raw &t, int r, int d) {
 
 /* sample (or take the given code) for stream s and gather its next input; whole block. zs: shared scratch of
  * CU_ACT_BYTES the logits row is copied into when it fits. Returns the code (-1: no finite logit; nothing
- * gathered). */
-static __device__ __noinline__ int cu_sample_stream(const cu_sample &S, const cu_params &P, int s, float *zs, const cu_samp_smem &SS) {
+ * gathered). Inlined where the caller is the sampling kernel itself (tp_sample: the shared-memory pointers of SS
+ * stay compile-time addresses; through the call they were generic pointers reloaded from the stack); out of line
+ * for the frame kernel (cu_sample_stream), whose other code holds the registers. */
+static __device__ __forceinline__ int cu_sample_stream_in(const cu_sample &S, const cu_params &P, int s, float *zs,
+                                                          const cu_samp_smem &SS) {
     int code;
     if (S.forced) {
         code = S.code_is_stream ? s : __ldcg(S.code_in + (size_t)s * S.ldi);
@@ -267,6 +270,10 @@ static __device__ __noinline__ int cu_sample_stream(const cu_sample &S, const cu
         dst[d] = v;
     }
     return code;
+}
+static __device__ __noinline__ int cu_sample_stream(const cu_sample &S, const cu_params &P, int s, float *zs,
+                                                    const cu_samp_smem &SS) {
+    return cu_sample_stream_in(S, P, s, zs, SS);
 }
 
 #endif

@@ -317,21 +317,28 @@ __device__ __forceinline__ lt_smem lt_S(void) {
  * compute thread takes elements tid, tid + LT_NC, ... in rounds of 8, all in flight at once; the words of a round
  * that do not carry E yet are re-read together (one round trip per retry). One small function for every poll of
  * the kernel (the code of a step runs cold: instruction-cache misses cost more than the arithmetic). */
-__device__ __forceinline__ void lt_poll_runs(unsigned E, int nruns, int len, int lim) {
+__device__ __noinline__ void lt_poll_runs(unsigned E, int nruns, int len, int lim) {
     const lt_params &P = lt_P;
     const lt_smem S = lt_S();
     const int tid = threadIdx.x, total = nruns * len;
+    const int q = LT_NC / len, rem = LT_NC - q * len; /* a step of LT_NC elements: q runs and rem words */
     for (int base = tid; base < total; base += LT_NC * 8) {
         u64 w[8];
         const u64 *a[8];
         float *d[8];
+        /* (run, offset) of the round's first element by one division, then by steps of (q, rem) with at most one
+         * carry (a division per element was 20 instructions, 16% of the kernel's image in six inlined copies; a walk
+         * by LT_NC steps of len cost a loop of LT_NC / len iterations per element: 4 us per poll of a 16-word
+         * residual) */
+        int r = base / len, o = base - r * len;
 #pragma unroll
-        for (int u = 0; u < 8; u++) { /* (run, offset) by one division (a walk by LT_NC steps of len cost a loop of
-                                       * LT_NC / len iterations per element: 4 us per poll of a 16-word residual) */
-            const int idx = base + u * LT_NC, r = idx < total ? idx / len : 0, o = idx - r * len;
+        for (int u = 0; u < 8; u++) {
+            const int idx = base + u * LT_NC;
             a[u] = idx < total && o < lim ? S.rsrc[r] + o : NULL;
             d[u] = idx < total ? S.rdst[r] + o : NULL;
             w[u] = a[u] ? lt_ld(a[u]) : (u64)E << 32;
+            r += q, o += rem;
+            if (o >= len) o -= len, r++;
         }
         unsigned spins = 0;
         u64 t0 = 0;
@@ -849,6 +856,7 @@ __device__ __forceinline__ void lt_attend(const lt_step st, int l) {
 #pragma unroll 1
             for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
             float w0 = e0 / sum, w1 = e1 / sum;
+            cu_pin(w0, w1);
             LT_PH(5);
             u64 *out = op.out + (size_t)(s * Pp + i) * op.ldo + (size_t)(kg * G + hq) * HD;
 #pragma unroll 1
@@ -972,7 +980,17 @@ __device__ __noinline__ void lt_noise(void) { /* once per frame: out of line, so
 
 /* ---- the kernel ------------------------------------------------------------------------------------------ */
 
-__device__ __forceinline__ int lt_run_linear(const lt_step st, int l, int v) {
+/* The linears' weight modes a kernel instance holds code for: all (a model that mixes them, f32 and small-group
+ * quantized weights), or the one mode of every linear of the plan. One mode per instance keeps the other
+ * instantiations of lt_linear out of the kernel's register allocation and image (sm_90, bf16: 8 bytes of spills
+ * instead of 148, a 192 KB image instead of 718 KB). */
+enum { LT_WALL = 0, LT_WBF16, LT_WF16, LT_WQ8, LT_WQ4, LT_NWSEL };
+
+template <int WSEL> __device__ __forceinline__ int lt_run_linear(const lt_step st, int l, int v) {
+    if (WSEL == LT_WBF16) return lt_linear<DD_BF16, WM_BF16>(st, l, v);
+    if (WSEL == LT_WF16) return lt_linear<DD_F16, WM_F16>(st, l, v);
+    if (WSEL == LT_WQ8) return lt_linear<DD_Q8, WM_QINT>(st, l, v);
+    if (WSEL == LT_WQ4) return lt_linear<DD_Q4, WM_QINT>(st, l, v);
     const lt_op &op = LT_OP(st.op);
     switch (op.w.wm) {
     case WM_BF16: return lt_linear<DD_BF16, WM_BF16>(st, l, v);
@@ -988,7 +1006,8 @@ __device__ __forceinline__ int lt_run_linear(const lt_step st, int l, int v) {
     return v; /* not reached */
 }
 
-extern "C" __global__ void __launch_bounds__(LT_THREADS, 1) lt_kernel(const __grid_constant__ lt_params Pk) {
+template <int WSEL>
+__global__ void __launch_bounds__(LT_THREADS, 1) lt_kernel(const __grid_constant__ lt_params Pk) {
     if (threadIdx.x == 0) lt_P = Pk, lt_P.ebase = *Pk.epoch;
     const lt_params &P = Pk;
     const lt_sm me = P.sms[blockIdx.x];
@@ -1041,7 +1060,7 @@ extern "C" __global__ void __launch_bounds__(LT_THREADS, 1) lt_kernel(const __gr
             if (threadIdx.x == 0)
                 for (int i = 0; i < 12; i++) lt_ph[i] = i ? 0 : clock64();
 #endif
-            if (op.kind == LT_LIN) v = lt_run_linear(st, l, v);
+            if (op.kind == LT_LIN) v = lt_run_linear<WSEL>(st, l, v);
             else if (op.kind == LT_ATT) lt_attend(st, l);
             else lt_sample(st, l);
 #ifdef LT_TIMELINE
@@ -1068,6 +1087,18 @@ extern "C" __global__ void __launch_bounds__(LT_THREADS, 1) lt_kernel(const __gr
 
 /* ---- host: the plan ---------------------------------------------------------------------------------------- */
 
+static const void *const lt_kernels[LT_NWSEL] = {(const void *)lt_kernel<LT_WALL>, (const void *)lt_kernel<LT_WBF16>,
+                                                 (const void *)lt_kernel<LT_WF16>, (const void *)lt_kernel<LT_WQ8>,
+                                                 (const void *)lt_kernel<LT_WQ4>};
+
+/* the instance for a weight mode (LT_WALL where none has its own) */
+static int lt_wsel(const cu_mat &w) {
+    if (w.wm == WM_BF16) return LT_WBF16;
+    if (w.wm == WM_F16) return LT_WF16;
+    if (w.wm == WM_QINT) return w.type == DD_Q8 ? LT_WQ8 : LT_WQ4;
+    return LT_WALL;
+}
+
 struct lt_plan {
     int ok; /* 0 not built yet, 1 does not fit the executor's limits, 2 built */
     void *mem; /* device: ops | steps | pieces | sms */
@@ -1076,6 +1107,7 @@ struct lt_plan {
     const lt_piece *pieces;
     const lt_sm *sms;
     int nops;
+    int wsel; /* the kernel instance (LT_W*): the one weight mode of every linear, else LT_WALL */
 };
 
 struct lt_exec {
@@ -1831,6 +1863,10 @@ static dd_status build_plan_role(lt_exec *x, const dd_plan *fp, int variant, int
     pl->pieces = (const lt_piece *)((uint8_t *)mem + bo + bs);
     pl->sms = (const lt_sm *)((uint8_t *)mem + bo + bs + bp);
     pl->nops = (int)b.ops.size();
+    pl->wsel = -1;
+    for (const lt_op &o : b.ops)
+        if (o.kind == LT_LIN) pl->wsel = pl->wsel < 0 || pl->wsel == lt_wsel(o.w) ? lt_wsel(o.w) : LT_WALL;
+    if (pl->wsel < 0) pl->wsel = LT_WALL;
     pl->ok = 2; /* built */
     return DD_OK;
 }
@@ -1848,14 +1884,14 @@ dd_status lt_create(lt_exec **out, cu_state *st, const dd_model *m, dd_error *er
     int major = 0;
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
     if (major < 9) return DD_OK; /* bulk copies and mbarrier transaction counts: sm_90 */
-    if (cudaFuncSetAttribute(lt_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, LT_SMEM) != cudaSuccess) {
-        cudaGetLastError();
-        return DD_OK;
-    }
-    int per = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, lt_kernel, LT_THREADS, LT_SMEM) != cudaSuccess || per < 1) {
-        cudaGetLastError();
-        return DD_OK;
+    for (int k = 0; k < LT_NWSEL; k++) {
+        int per = 0;
+        if (cudaFuncSetAttribute(lt_kernels[k], cudaFuncAttributeMaxDynamicSharedMemorySize, LT_SMEM) != cudaSuccess ||
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, lt_kernels[k], LT_THREADS, LT_SMEM) != cudaSuccess ||
+            per < 1) {
+            cudaGetLastError();
+            return DD_OK;
+        }
     }
     if (c->levels > 64 || c->levels < 2) return DD_OK;
     lt_exec *x = (lt_exec *)calloc(1, sizeof *x);
@@ -2016,7 +2052,7 @@ dd_status lt_run(lt_exec *x, int variant, int n, int r0, float temp, int topk, c
     P.timeout_ns = x->timeout_ns;
     if (r0 == 0) CU_TRY(cudaMemsetAsync(st->sc.err, 0x7F, 8, stream), err, "reset error flags"); /* the first group */
     void *args[] = {&P};
-    CU_TRY(cudaLaunchCooperativeKernel((const void *)lt_kernel, dim3(x->G), dim3(LT_THREADS), args, LT_SMEM, stream),
+    CU_TRY(cudaLaunchCooperativeKernel(lt_kernels[pl->wsel], dim3(x->G), dim3(LT_THREADS), args, LT_SMEM, stream),
            err, "launch of the latency kernel");
     lt_epoch_advance<<<1, 1024, 0, stream>>>(x->epoch, (unsigned)Q, x->ll, x->ll_words);
     CU_TRY(cudaGetLastError(), err, "launch of the epoch kernel");

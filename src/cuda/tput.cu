@@ -438,7 +438,8 @@ __global__ void __launch_bounds__(32) tp_attend3(const cu_attend A, int n, uint1
         float e0 = lane < nq ? expf(sc[0] - m) : 0.0f, e1 = lane + 32 < nq ? expf(sc[1] - m) : 0.0f;
         float sum = e0 + e1;
         for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        const float w0 = e0 / sum, w1 = e1 / sum;
+        float w0 = e0 / sum, w1 = e1 / sum;
+        cu_pin(w0, w1);
         const size_t orow = ((size_t)s * P + i) * A.H * HD + (size_t)h * HD;
         for (int d0 = 0; d0 < HD; d0 += 64) {
             const int da = d0 + lane, db = d0 + 32 + lane;
@@ -537,7 +538,8 @@ __global__ void __launch_bounds__(128) tp_attend2(const cu_attend A, int n) {
         float e0 = lane < nk ? expf(sc[0] - m) : 0.0f, e1 = lane + 32 < nk ? expf(sc[1] - m) : 0.0f;
         float sum = e0 + e1;
         for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        const float w0 = e0 / sum, w1 = e1 / sum;
+        float w0 = e0 / sum, w1 = e1 / sum;
+        cu_pin(w0, w1);
         float *out = A.out + ((size_t)s * P + i) * A.H * HD + (size_t)h * HD;
         for (int d0 = 0; d0 < HD; d0 += 64) {
             const int da = d0 + lane, db = d0 + 32 + lane;
@@ -565,7 +567,7 @@ __global__ void __launch_bounds__(CU_THREADS) tp_sample(const cu_sample S, const
     const cu_samp_smem SS = {hist, sel, rv, ri, hist2, list};
     tp_pdl_trigger();
     tp_pdl_wait();
-    cu_sample_stream(S, P, blockIdx.x, tp_zs, SS);
+    cu_sample_stream_in(S, P, blockIdx.x, tp_zs, SS);
 }
 
 __global__ void tp_probe(int *ok) { *ok = TP_DEVICE; }

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Device calls for what lands from the 2026-12-05 A/Bs (attention weights pinned, the latency kernel an instance per
+# weight mode, its poll without divisions and out of line, tp_sample with the sampler inlined), on the tree as it is
+# (carry build-cuda/{cuobj,obj,tobj}, .debs; CAP_S=540 skips a step that would pass the call's limit):
+#   PART=check (or "check speed": both, in that order): test_cuda all (quick), test_executors / test_tput unquick,
+#               compute-sanitizer memcheck (quick 2) and racecheck (quick 3) on test_executors, memcheck on test_tput (quick 2);
+#               CHECK_MORE=test_sample: that test unquick too and initcheck on test_tput
+#   PART=speed: the latency executor's per-op timeline (GPT bf16 / q8 B1, CSM bf16 B1, GPT bf16 B8), depthdec bench
+#               over the batch curve, the PyTorch graph loop of scripts/bench_torch.py and bench --capacity
+# Writes $OUT/summary.txt, $OUT/work.tgz (logs); speed also $OUT/bench.jsonl, $OUT/torch_gpt.json,
+# $OUT/torch_csm.json, $OUT/timeline.md.     OUT=$OUT PART=check bash dev/cuda/land_call.sh
+CALL=land source "$(dirname "$0")/call_env.sh"
+unset DD_TEST_QUICK
+PART=${PART:-check}
+if [[ $PART == *check* ]]; then
+    fits 60 "test_cuda all" && cuda_test all_quick $B/test_cuda "" 150 DD_TEST_QUICK=1 DD_TEST_ONLY=
+    for t in test_executors test_tput ${CHECK_MORE-}; do fits 60 "$t" && cuda_test ${t}_full $B/test_cuda $t 150; done
+    for tq in memcheck:2 racecheck:3; do # quick 3: racecheck's cases (quick 2 outlasts 400 s under racecheck)
+        tool=${tq%:*} q=${tq#*:}
+        fits 90 "$tool test_executors" || continue
+        DD_CUDA_TIMEOUT_S=120 DD_TEST_QUICK=$q DD_TEST_ONLY=test_executors timeout 240 \
+            compute-sanitizer --tool $tool $B/test_cuda >"$R/${tool}_executors.log" 2>&1
+        log "$tool test_executors (quick $q) rc $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED' \
+            "$R/${tool}_executors.log" | tr '\n' ' ') ($(el))"
+    done
+    fits 60 "memcheck test_tput" && cuda_memcheck memcheck_tput $B/test_cuda
+    if [ -n "${CHECK_MORE-}" ] && fits 60 "initcheck test_tput"; then
+        DD_CUDA_TIMEOUT_S=100 DD_TEST_QUICK=2 DD_TEST_ONLY=test_tput timeout 150 \
+            compute-sanitizer --tool initcheck $B/test_cuda >"$R/initcheck_tput.log" 2>&1
+        log "initcheck test_tput (quick 2) rc $?: $(grep -E 'ERROR SUMMARY|PASSED|FAILED' "$R/initcheck_tput.log" |
+            tr '\n' ' ') ($(el))"
+    fi
+fi
+if [[ $PART == *speed* ]]; then
+    OUT=$R TL_CFGS="gpt:bf16:1 gpt:q8:1 csm:bf16:1 gpt:bf16:8" LT_PACK=0 bash dev/cuda/lat_iter.sh timeline \
+        >"$R/timeline_run.log" 2>&1
+    cp "$R/timeline.md" "$OUT/" 2>/dev/null && grep -E "ms/frame|decode: one frame" "$OUT/timeline.md" | tee -a "$S"
+    : >"$OUT/bench.jsonl"
+    bench() { # model weights batch frames
+        fits 25 "bench $*" || return 0
+        timeout 60 $B/depthdec bench --backend cuda --synthetic $1 --weights $2 --batch $3 --frames $4 \
+            --json /tmp/b.json >/dev/null 2>>"$R/bench.err" && cat /tmp/b.json >>"$OUT/bench.jsonl" &&
+            echo >>"$OUT/bench.jsonl" && log "$1 $2 B$3: $(python3 -c "import json;r=json.load(open('/tmp/b.json'))
+print(r['ms_per_frame'],'ms/frame',round(r['stream_frames_per_s'],1),'stream-frames/s')")"
+    }
+    for w in bf16 q8 q4; do bench gpt $w 1 30; done
+    for w in bf16 q8; do bench csm $w 1 30; done
+    for b in 2 4 8 16 32 64 128 256 512; do bench gpt bf16 $b 20; done
+    bench gpt q8 256 10
+    for b in 8 16 64 256; do bench csm bf16 $b 10; done
+    for m in gpt csm; do
+        timeout 40 $B/depthdec export --synthetic $m --weights bf16 --out /tmp/dd_$m.safetensors >/dev/null 2>&1
+    done
+    fits 100 "torch gpt" && timeout 100 python3 scripts/bench_torch.py bench /tmp/dd_gpt.safetensors --name gpt \
+        --batch 1 8 16 64 256 512 --frames 10 --json "$OUT/torch_gpt.json" 2>&1 | tail -6 | tee -a "$S"
+    fits 60 "torch csm" && timeout 60 python3 scripts/bench_torch.py bench /tmp/dd_csm.safetensors --name csm \
+        --batch 1 8 256 --frames 10 --json "$OUT/torch_csm.json" 2>&1 | tail -3 | tee -a "$S"
+    for m in gpt csm; do
+        fits 60 "capacity $m" && timeout 100 $B/depthdec bench --capacity --backend cuda --synthetic $m \
+            --json "$R/capacity_$m.json" 2>&1 | tail -3 | tee -a "$S"
+    done
+fi
+(cd "$OUT" && tar czf work.tgz work && rm -rf work)
+log "# done $(date -u +%FT%TZ) ($(el))"
