@@ -12,6 +12,11 @@
  *          barrier
  *   norm   stats + every thread normalises its values in shared memory + barrier (a norm linear's phases before
  *          its first weights)
+ *   pstat  the norm's statistics carried by the hop: each producer publishes, with its slice (whole units of 16
+ *          values), every unit's (sum, M2) as two more LL words; a consumer polls the values and the n / 8 partial
+ *          words, one warp merges the n / 16 unit partials (Chan's formula, lane l units l, l + 32, ... in order,
+ *          then a xor tree: a fixed order, so every executor can compute the same bits) + normalise + barrier:
+ *          what the latency kernel's norm ops would cost if no consumer ran the statistics over the row
  * with all SMs publishing (a linear's output) or only F of them (attention: 16 producers at GPT dims B1; out and
  * fc2 with 64 units: 64). us per op = (time of NOPS ops - time of 2 ops) / (NOPS - 2), medians of 7 launches.
  * Every value is checked at the end (each op adds 1: the last vector holds the first + NOPS, epoch NOPS + 1), and
@@ -27,20 +32,22 @@
 #define NMAX 4096
 #define PAD_SMEM (150 * 1024) /* dynamic shared memory nobody uses: one block a SM, as lt_kernel's ~220 KB */
 
-enum { V_HOP = 0, V_STATS = 1, V_NORM = 2 };
-static const char *vname[] = {"hop", "stats", "norm"};
+enum { V_HOP = 0, V_STATS = 1, V_NORM = 2, V_PSTAT = 3 };
+static const char *vname[] = {"hop", "stats", "norm", "pstat"};
+#define NWMAX (NMAX + NMAX / 8) /* a vector's words: n values, then (pstat) n / 16 units x (sum, M2) */
 
 struct chain_args {
-    u64 *buf; /* (nops + 1) vectors of n LL words */
-    int n, nops, nprod, variant;
+    u64 *buf; /* (nops + 1) vectors of nw LL words (n values; pstat: + n / 8 partial words) */
+    int n, nw, nops, nprod, variant;
     int *err;       /* 0 ok; 1 + op: a wait timed out there */
     u64 timeout_ns; /* from the kernel's start, by %globaltimer */
 };
 
+__device__ __forceinline__ int warp_id(void) { return threadIdx.x >> 5; }
 __device__ __forceinline__ void bar_nc(void) { asm volatile("bar.sync 1, %0;" ::"n"(NC) : "memory"); }
 
 __global__ void __launch_bounds__(NT, 1) chain_kernel(chain_args A) {
-    __shared__ float x[NMAX];
+    __shared__ float x[NWMAX];
     __shared__ float stat[2];
     __shared__ int bad;
     if (threadIdx.x >= NC) return;
@@ -48,18 +55,19 @@ __global__ void __launch_bounds__(NT, 1) chain_kernel(chain_args A) {
     if (tid == 0) bad = 0;
     bar_nc();
     const u64 deadline = dr_gtimer() + A.timeout_ns;
-    const int slice = (n + A.nprod - 1) / A.nprod;
+    const bool pst = A.variant == V_PSTAT;
+    const int slice = pst ? (n / 16 + A.nprod - 1) / A.nprod * 16 : (n + A.nprod - 1) / A.nprod, nw = A.nw;
     for (int o = 0; o < A.nops; o++) {
-        const u64 *in = A.buf + (size_t)o * n;
-        u64 *out = A.buf + (size_t)(o + 1) * n;
+        const u64 *in = A.buf + (size_t)o * nw;
+        u64 *out = A.buf + (size_t)(o + 1) * nw;
         const unsigned E = (unsigned)o + 1u;
         /* the poll: elements tid + u NC, rounds of 8 in flight, the missing ones re-read together */
-        for (int base = tid; base < n; base += NC * 8) {
+        for (int base = tid; base < nw; base += NC * 8) {
             u64 w[8];
 #pragma unroll
             for (int u = 0; u < 8; u++) {
                 const int idx = base + u * NC;
-                w[u] = idx < n ? dr_ld_ll(in + idx) : (u64)E << 32;
+                w[u] = idx < nw ? dr_ld_ll(in + idx) : (u64)E << 32;
             }
             unsigned spins = 0;
             for (;;) {
@@ -79,13 +87,38 @@ __global__ void __launch_bounds__(NT, 1) chain_kernel(chain_args A) {
 #pragma unroll
             for (int u = 0; u < 8; u++) {
                 const int idx = base + u * NC;
-                if (idx < n) x[idx] = __uint_as_float((unsigned)w[u]);
+                if (idx < nw) x[idx] = __uint_as_float((unsigned)w[u]);
             }
         }
         bar_nc();
         if (bad) return;
         float mean = 0.0f, rstd = 1.0f;
-        if (A.variant >= V_STATS) {
+        if (pst) { /* merge the units' (sum, M2): lane l units l, l + 32, ... in order, then a xor tree */
+            if (tid < 32) {
+                float cn = 0.0f, cm = 0.0f, c2 = 0.0f;
+                for (int u = lane; u < n / 16; u += 32) {
+                    const float bm = x[n + 2 * u] * (1.0f / 16.0f), b2 = x[n + 2 * u + 1];
+                    const float tn = cn + 16.0f, d = bm - cm;
+                    cm = cm + d * (16.0f / tn);
+                    c2 = c2 + b2 + d * d * (cn * 16.0f / tn);
+                    cn = tn;
+                }
+#pragma unroll
+                for (int dl = 16; dl > 0; dl >>= 1) {
+                    const float on = __shfl_xor_sync(0xffffffffu, cn, dl), om = __shfl_xor_sync(0xffffffffu, cm, dl),
+                                o2 = __shfl_xor_sync(0xffffffffu, c2, dl);
+                    const float tn = cn + on, d = om - cm;
+                    if (tn > 0.0f) {
+                        cm = cm + d * (on / tn);
+                        c2 = c2 + o2 + d * d * (cn * on / tn);
+                    }
+                    cn = tn;
+                }
+                if (lane == 0) stat[0] = cm, stat[1] = 1.0f / sqrtf(c2 / (float)n + 1e-5f);
+            }
+            bar_nc();
+            mean = stat[0], rstd = stat[1];
+        } else if (A.variant >= V_STATS) {
             if (tid < 32) { /* cu_row_stats' order: lane sums k = lane + 32 i, then a xor tree; two passes */
                 float s = 0.0f;
 #pragma unroll 8
@@ -113,6 +146,18 @@ __global__ void __launch_bounds__(NT, 1) chain_kernel(chain_args A) {
         if (b < A.nprod) { /* this SM's slice of the output; the others only read */
             const int k0 = b * slice, k1 = min(n, k0 + slice);
             for (int k = k0 + tid; k < k1; k += NC) dr_st_ll(out + k, x[k] + 1.0f + 0.0f * mean, E + 1u);
+            if (pst) /* and its units' (sum, M2): a warp a unit, lanes 0-15 its values (the epilogue has them) */
+                for (int u = k0 / 16 + warp_id(); u < k1 / 16; u += NC / 32) {
+                    const float v = lane < 16 ? x[u * 16 + lane] + 1.0f : 0.0f;
+                    float sm = v;
+#pragma unroll
+                    for (int dl = 8; dl > 0; dl >>= 1) sm += __shfl_xor_sync(0xffffffffu, sm, dl);
+                    const float dv = lane < 16 ? v - sm * (1.0f / 16.0f) : 0.0f;
+                    float q = dv * dv;
+#pragma unroll
+                    for (int dl = 8; dl > 0; dl >>= 1) q += __shfl_xor_sync(0xffffffffu, q, dl);
+                    if (lane == 0) dr_st_ll(out + n + 2 * u, sm, E + 1u), dr_st_ll(out + n + 2 * u + 1, q, E + 1u);
+                }
         }
         (void)G;
     }
@@ -128,25 +173,27 @@ int main() {
     const int NOPS = 682; /* a GPT dims frame: 22 ops a pass x 31 */
     u64 *buf;
     int *err;
-    CK(cudaMalloc(&buf, (size_t)(NOPS + 1) * NMAX * 8));
+    CK(cudaMalloc(&buf, (size_t)(NOPS + 1) * NWMAX * 8));
     CK(cudaMalloc(&err, sizeof(int)));
     CK(cudaFuncSetAttribute(chain_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, PAD_SMEM));
-    std::vector<u64> h0(NMAX), h1(NMAX);
-    for (int k = 0; k < NMAX; k++) h0[k] = (1ull << 32) | __builtin_bit_cast(uint32_t, (float)(k % 97));
+    std::vector<u64> h0(NWMAX), h1(NWMAX);
+    for (int k = 0; k < NWMAX; k++) h0[k] = (1ull << 32) | __builtin_bit_cast(uint32_t, (float)(k % 97));
     std::vector<cfg> cfgs;
     for (int n : {1024, 4096})
         for (int v = V_HOP; v <= V_NORM; v++) cfgs.push_back({v, n, G});
     cfgs.push_back({V_HOP, 1024, 64});
     cfgs.push_back({V_HOP, 1024, 16});
     cfgs.push_back({V_NORM, 3072, G});
+    for (int n : {1024, 4096}) cfgs.push_back({V_PSTAT, n, G}); /* n / 16 producers at most: 64 / 132 SMs at 1024 */
     int fails = 0;
-    double floor_norm = 0, floor_hop = 0;
+    double floor_norm = 0, floor_hop = 0, floor_pstat = 0;
     for (const cfg &c : cfgs) {
+        const int nw = c.variant == V_PSTAT ? c.n + c.n / 8 : c.n;
         auto run = [&](int nops) { /* the buffers as op 0 expects them */
-            CK(cudaMemset(buf, 0, (size_t)(nops + 1) * c.n * 8));
-            CK(cudaMemcpy(buf, h0.data(), (size_t)c.n * 8, cudaMemcpyHostToDevice));
+            CK(cudaMemset(buf, 0, (size_t)(nops + 1) * nw * 8));
+            CK(cudaMemcpy(buf, h0.data(), (size_t)nw * 8, cudaMemcpyHostToDevice));
             CK(cudaMemset(err, 0, sizeof(int)));
-            return chain_args{buf, c.n, nops, c.nprod, c.variant, err, 2000000000ull};
+            return chain_args{buf, c.n, nw, nops, c.nprod, c.variant, err, 2000000000ull};
         };
         auto timed = [&](int nops) {
             std::vector<double> t;
@@ -173,7 +220,7 @@ int main() {
                     fails++;
                     return -1.0;
                 }
-                CK(cudaMemcpy(h1.data(), buf + (size_t)nops * c.n, (size_t)c.n * 8, cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(h1.data(), buf + (size_t)nops * nw, (size_t)c.n * 8, cudaMemcpyDeviceToHost));
                 int wrong = 0;
                 for (int k = 0; k < c.n; k++) {
                     const float want = (float)(k % 97) + (float)nops;
@@ -198,12 +245,15 @@ int main() {
                vname[c.variant], c.n, c.nprod, per, NOPS, tn, t2, per * mhz, mhz);
         if (c.variant == V_NORM && c.n == 1024 && c.nprod == G) floor_norm = per;
         if (c.variant == V_HOP && c.n == 1024 && c.nprod == G) floor_hop = per;
+        if (c.variant == V_PSTAT && c.n == 1024) floor_pstat = per;
         fflush(stdout);
     }
     printf("SUMMARY chain: a hop of 1024 words through all %d SMs %.3f us, with a norm's statistics and normalise "
            "%.3f us an op; x 22 ops x 31 passes = %.2f / %.2f ms a frame before any weights, mma, attention or "
            "sampling (the 1.5 ms bar allows ~2.2 us an op in all)\n",
            G, floor_hop, floor_norm, floor_hop * 682 / 1e3, floor_norm * 682 / 1e3);
+    printf("SUMMARY chain: the norm's statistics carried by the hop (pstat, N 1024): %.3f us an op instead of %.3f\n",
+           floor_pstat, floor_norm);
     CK(cudaFree(buf));
     CK(cudaFree(err));
     return fails ? 1 : 0;
