@@ -5,8 +5,9 @@
 # is one side. Every side: test_tput quick (bit for bit against the frame kernel, graph replays included); the
 # last side also: test_tput unquick, test_invariance, test_device_capture quick, memcheck on test_tput quick 2.
 # Then dev/cuda/exec_ab.c on the throughput executor for base and every side alternating per model (GPT dims bf16
-# at 8, 64, 256, 512 streams; CSM dims at 8 and 256), and ncu's kernel durations of one GPT B256 frame on the last
-# side. Carry build-cuda/{cuobj,obj,tobj} (sides reuse them: only the patched files are rebuilt).
+# at 8, 64, 256, 512 streams; CSM dims at 8 and 256; AB_SPECS="model weights frames batches...|..." for others),
+# and ncu's kernel durations of one frame on the last side (NCU_SPEC="model weights", default GPT bf16; B256).
+# Carry build-cuda/{cuobj,obj,tobj} (sides reuse them: only the patched files are rebuilt).
 # Writes $OUT/summary.txt, $OUT/exec_ab.jsonl, $OUT/work.tgz.   SIDES="..." OUT=$OUT bash dev/cuda/tput_ab.sh
 CALL=tput_ab source "$(dirname "$0")/call_env.sh"
 SIDES=${SIDES:-${PATCHES-}}
@@ -25,15 +26,16 @@ unset DD_TEST_QUICK
 cuda_test side_test_tput $SB/test_cuda test_tput 150
 for t in test_invariance test_device_capture; do cuda_test side_$t $SB/test_cuda $t 100 DD_TEST_QUICK=1; done
 : >"$OUT/exec_ab.jsonl"
-for spec in "gpt bf16 10 8 64 256 512" "csm bf16 6 8 256"; do
+IFS='|' read -r -a specs <<<"${AB_SPECS:-gpt bf16 10 8 64 256 512|csm bf16 6 8 256}"
+for spec in "${specs[@]}"; do
     ab_side base build-cuda/exec_ab "$spec"
     for k in $(seq 1 $NS); do ab_side side$k /tmp/tput_side$k/build-cuda/exec_ab "$spec"; done
 done
 python3 dev/cuda/ab_table.py "$OUT/exec_ab.jsonl" | tee -a "$S"
 EXEC_AB_WARM=0 EXEC_AB_NOFRAME=1 EXEC_AB_NOLAT=1 timeout 120 ncu --metrics gpu__time_duration.sum --csv \
-    --launch-count 3000 $SB/exec_ab gpt bf16 1 256 >"$R/ncu_side_gpt256.csv" 2>"$R/ncu.err"
+    --launch-count 3000 $SB/exec_ab ${NCU_SPEC:-gpt bf16} 1 256 >"$R/ncu_side_256.csv" 2>"$R/ncu.err"
 log "ncu last side rc $? ($(el))"
-python3 dev/cuda/ncu_by_kernel.py "$R/ncu_side_gpt256.csv" "last side gpt bf16 B256 one frame" | tee -a "$S"
+python3 dev/cuda/ncu_by_kernel.py "$R/ncu_side_256.csv" "last side ${NCU_SPEC:-gpt bf16} B256 one frame" | tee -a "$S"
 [ -z "${AB_NOMEMCHECK-}" ] && cuda_memcheck side_memcheck $SB/test_cuda
 (cd "$OUT" && tar czf work.tgz work && rm -rf work)
 log "# done $(date -u +%FT%TZ) ($(el))"
