@@ -25,6 +25,34 @@ make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda -j16 ${MAKE_TARGET-tests} >"$R/buil
 log "build rc $? ($(el))"
 B=build-cuda
 
+# depthdec bench of a synthetic model, `cu_bench MODEL WEIGHTS BATCH FRAMES`: its JSON appended to $OUT/bench.jsonl,
+# a line in the summary; skipped when it would pass CAP_S.
+cu_bench() {
+    fits 25 "bench $*" || return 0
+    timeout 60 $B/depthdec bench --backend cuda --synthetic $1 --weights $2 --batch $3 --frames $4 --json /tmp/b.json \
+        >/dev/null 2>>"$R/bench.err" && cat /tmp/b.json >>"$OUT/bench.jsonl" && echo >>"$OUT/bench.jsonl" &&
+        log "$1 $2 B$3: $(python3 -c "import json;r=json.load(open('/tmp/b.json'))
+print(r['ms_per_frame'],'ms/frame',round(r['stream_frames_per_s'],1),'stream-frames/s')")"
+}
+
+# The PyTorch graph / eager loops of scripts/bench_torch.py for the synthetic GPT (1 8 16 64 256 512 streams) and CSM
+# (1 8 256) in bf16 into $OUT/torch_gpt.json and $OUT/torch_csm.json, then `depthdec bench --capacity` of both
+# ($R/capacity_*.json); each step skipped when it would pass CAP_S.
+cu_torch_capacity() {
+    local m
+    for m in gpt csm; do
+        timeout 40 $B/depthdec export --synthetic $m --weights bf16 --out /tmp/dd_$m.safetensors >/dev/null 2>&1
+    done
+    fits 100 "torch gpt" && timeout 100 python3 scripts/bench_torch.py bench /tmp/dd_gpt.safetensors --name gpt \
+        --batch 1 8 16 64 256 512 --frames 10 --json "$OUT/torch_gpt.json" 2>&1 | tail -6 | tee -a "$S"
+    fits 60 "torch csm" && timeout 60 python3 scripts/bench_torch.py bench /tmp/dd_csm.safetensors --name csm \
+        --batch 1 8 256 --frames 10 --json "$OUT/torch_csm.json" 2>&1 | tail -3 | tee -a "$S"
+    for m in gpt csm; do
+        fits 60 "capacity $m" && timeout 100 $B/depthdec bench --capacity --backend cuda --synthetic $m \
+            --json "$R/capacity_$m.json" 2>&1 | tail -3 | tee -a "$S"
+    done
+}
+
 # The Python package with the cuda backend (DEPTHDEC_CUDA=1, linked to $B/libdepthdec.a) pip-installed into
 # /tmp/ddsite (fallback: build_ext --inplace), put on PYTHONPATH; returns 1 when neither builds (log in $R/pip.log).
 py_package() {

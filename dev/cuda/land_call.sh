@@ -36,29 +36,12 @@ if [[ $PART == *speed* ]]; then
         >"$R/timeline_run.log" 2>&1
     cp "$R/timeline.md" "$OUT/" 2>/dev/null && grep -E "ms/frame|decode: one frame" "$OUT/timeline.md" | tee -a "$S"
     : >"$OUT/bench.jsonl"
-    bench() { # model weights batch frames
-        fits 25 "bench $*" || return 0
-        timeout 60 $B/depthdec bench --backend cuda --synthetic $1 --weights $2 --batch $3 --frames $4 \
-            --json /tmp/b.json >/dev/null 2>>"$R/bench.err" && cat /tmp/b.json >>"$OUT/bench.jsonl" &&
-            echo >>"$OUT/bench.jsonl" && log "$1 $2 B$3: $(python3 -c "import json;r=json.load(open('/tmp/b.json'))
-print(r['ms_per_frame'],'ms/frame',round(r['stream_frames_per_s'],1),'stream-frames/s')")"
-    }
-    for w in bf16 q8 q4; do bench gpt $w 1 30; done
-    for w in bf16 q8; do bench csm $w 1 30; done
-    for b in 2 4 8 16 32 64 128 256 512; do bench gpt bf16 $b 20; done
-    bench gpt q8 256 10
-    for b in 8 16 64 256; do bench csm bf16 $b 10; done
-    for m in gpt csm; do
-        timeout 40 $B/depthdec export --synthetic $m --weights bf16 --out /tmp/dd_$m.safetensors >/dev/null 2>&1
-    done
-    fits 100 "torch gpt" && timeout 100 python3 scripts/bench_torch.py bench /tmp/dd_gpt.safetensors --name gpt \
-        --batch 1 8 16 64 256 512 --frames 10 --json "$OUT/torch_gpt.json" 2>&1 | tail -6 | tee -a "$S"
-    fits 60 "torch csm" && timeout 60 python3 scripts/bench_torch.py bench /tmp/dd_csm.safetensors --name csm \
-        --batch 1 8 256 --frames 10 --json "$OUT/torch_csm.json" 2>&1 | tail -3 | tee -a "$S"
-    for m in gpt csm; do
-        fits 60 "capacity $m" && timeout 100 $B/depthdec bench --capacity --backend cuda --synthetic $m \
-            --json "$R/capacity_$m.json" 2>&1 | tail -3 | tee -a "$S"
-    done
+    for w in bf16 q8 q4; do cu_bench gpt $w 1 30; done
+    for w in bf16 q8; do cu_bench csm $w 1 30; done
+    for b in 2 4 8 16 32 64 128 256 512; do cu_bench gpt bf16 $b 20; done
+    cu_bench gpt q8 256 10
+    for b in 8 16 64 256; do cu_bench csm bf16 $b 10; done
+    cu_torch_capacity
 fi
 (cd "$OUT" && tar czf work.tgz work && rm -rf work)
 log "# done $(date -u +%FT%TZ) ($(el))"

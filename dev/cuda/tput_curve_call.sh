@@ -19,24 +19,10 @@ done
 DD_TEST_ONLY='test_kyutai_mlx*' timeout 60 $B/test_fixtures >"$R/kyutai_mlx.log" 2>&1
 log "test_fixtures test_kyutai_mlx* rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$R/kyutai_mlx.log" | tr '\n' ' ') ($(el))"
 grep -E " cuda |FAILED|LINE" "$R/kyutai_mlx.log" | head -6 | tee -a "$S"
-bench() { # model weights batch frames
-    timeout 60 $B/depthdec bench --backend cuda --synthetic $1 --weights $2 --batch $3 --frames $4 --json /tmp/b.json >/dev/null 2>>"$R/bench.err" &&
-        cat /tmp/b.json >>"$OUT/bench.jsonl" && echo >>"$OUT/bench.jsonl" &&
-        log "$1 $2 B$3: $(python3 -c "import json;r=json.load(open('/tmp/b.json'));print(r['ms_per_frame'],'ms/frame',round(r['stream_frames_per_s'],1),'stream-frames/s')")"
-}
-for w in bf16 q8; do bench gpt $w 1 30; done
-bench csm bf16 1 30
-for b in 2 4 8 16 32 64 128 256 512; do bench gpt bf16 $b 20; done
-for b in 8 16 64 256; do bench csm bf16 $b 10; done
-for m in gpt csm; do
-    timeout 40 $B/depthdec export --synthetic $m --weights bf16 --out /tmp/dd_$m.safetensors >/dev/null 2>&1
-done
-timeout 100 python3 scripts/bench_torch.py bench /tmp/dd_gpt.safetensors --name gpt --batch 1 8 16 64 256 512 --frames 10 \
-    --json "$OUT/torch_gpt.json" 2>&1 | tail -6 | tee -a "$S"
-timeout 60 python3 scripts/bench_torch.py bench /tmp/dd_csm.safetensors --name csm --batch 1 8 256 --frames 10 \
-    --json "$OUT/torch_csm.json" 2>&1 | tail -3 | tee -a "$S"
-for m in gpt csm; do
-    timeout 100 $B/depthdec bench --capacity --backend cuda --synthetic $m --json "$R/capacity_$m.json" 2>&1 | tail -3 | tee -a "$S"
-done
+for w in bf16 q8; do cu_bench gpt $w 1 30; done
+cu_bench csm bf16 1 30
+for b in 2 4 8 16 32 64 128 256 512; do cu_bench gpt bf16 $b 20; done
+for b in 8 16 64 256; do cu_bench csm bf16 $b 10; done
+cu_torch_capacity
 (cd "$OUT" && tar czf work.tgz work && rm -rf work)
 log "# done $(date -u +%FT%TZ) ($(el))"
