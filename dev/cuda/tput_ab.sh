@@ -6,7 +6,8 @@
 # last side also: test_tput unquick, test_invariance, test_device_capture quick, memcheck on test_tput quick 2.
 # Then dev/cuda/exec_ab.c on the throughput executor for base and every side alternating per model (GPT dims bf16
 # at 8, 64, 256, 512 streams; CSM dims at 8 and 256; AB_SPECS="model weights frames batches...|..." for others),
-# and ncu's kernel durations of one frame on the last side (NCU_SPEC="model weights", default GPT bf16; B256).
+# and ncu's kernel durations of one frame on the last side (NCU_SPEC="model weights", default GPT bf16; B256);
+# NCU_TILE="model weights batch": ncu's throughput sections of six tp_linear launches, base and last side.
 # Carry build-cuda/{cuobj,obj,tobj} (sides reuse them: only the patched files are rebuilt).
 # Writes $OUT/summary.txt, $OUT/exec_ab.jsonl, $OUT/work.tgz.   SIDES="..." OUT=$OUT bash dev/cuda/tput_ab.sh
 CALL=tput_ab source "$(dirname "$0")/call_env.sh"
@@ -36,6 +37,17 @@ EXEC_AB_WARM=0 EXEC_AB_NOFRAME=1 EXEC_AB_NOLAT=1 timeout 120 ncu --metrics gpu__
     --launch-count 3000 $SB/exec_ab ${NCU_SPEC:-gpt bf16} 1 256 >"$R/ncu_side_256.csv" 2>"$R/ncu.err"
 log "ncu last side rc $? ($(el))"
 python3 dev/cuda/ncu_by_kernel.py "$R/ncu_side_256.csv" "last side ${NCU_SPEC:-gpt bf16} B256 one frame" | tee -a "$S"
+if [ -n "${NCU_TILE-}" ]; then # "model weights batch": the tile's throughput sections (L2, memory, compute), base and last side
+    for b in base side; do
+        exe=build-cuda/exec_ab
+        [ $b = side ] && exe=$SB/exec_ab
+        EXEC_AB_WARM=0 EXEC_AB_NOFRAME=1 EXEC_AB_NOLAT=1 timeout 150 ncu --kernel-name regex:tp_linear --launch-skip 20 \
+            --launch-count 6 --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+            $exe ${NCU_TILE% *} 1 ${NCU_TILE##* } >"$R/ncu_tile_$b.txt" 2>&1
+        log "ncu tile $b rc $? ($(el))"
+        grep -E "tp_linear|Duration|Throughput|Hit Rate|Pipe|Executed Ipc" "$R/ncu_tile_$b.txt" | head -80 >>"$S"
+    done
+fi
 [ -z "${AB_NOMEMCHECK-}" ] && cuda_memcheck side_memcheck $SB/test_cuda
 (cd "$OUT" && tar czf work.tgz work && rm -rf work)
 log "# done $(date -u +%FT%TZ) ($(el))"
