@@ -3,7 +3,8 @@
 # by call_env.sh); sides = copies of the tree with patches applied: SIDES is a space-separated list of sides, each a
 # comma-separated list of patches applied in order (patch -p1), e.g. SIDES="a.patch a.patch,b.patch"; PATCHES=...
 # is one side. Every side: test_tput quick (bit for bit against the frame kernel, graph replays included); the
-# last side also: test_tput unquick, test_invariance, test_device_capture quick, memcheck on test_tput quick 2.
+# last side that passed it also: test_tput unquick, test_invariance, test_device_capture quick, memcheck on test_tput
+# quick 2 (the later steps say "last side" for it). A side that failed its quick test is not timed.
 # Then dev/cuda/exec_ab.c on the throughput executor for base and every side alternating per model (GPT dims bf16
 # at 8, 64, 256, 512 streams; CSM dims at 8 and 256; AB_SPECS="model weights frames batches...|..." for others),
 # and ncu's kernel durations of one frame on the last side (NCU_SPEC="model weights", default GPT bf16; B256);
@@ -15,23 +16,33 @@ SIDES=${SIDES:-${PATCHES-}}
 set -- $SIDES
 NS=$#
 k=0
+LS=0 # the last side whose quick test passed: it gets the longer checks; a side that failed is not timed (a hang
+     # would cost every timing's timeout)
+declare -A ok
 for side in $SIDES; do
     k=$((k + 1))
     C=/tmp/tput_side$k
     side_build $C ${side//,/ } || exit 1
     cuda_test side${k}_test_tput_quick $C/build-cuda/test_cuda test_tput 100 DD_TEST_QUICK=1
+    ok[$k]=0
+    grep -q '^\[  PASSED  \] 1 test' "$R/side${k}_test_tput_quick.log" && ok[$k]=1 LS=$k
+    [ ${ok[$k]} = 1 ] || log "side $k failed its quick test: not timed"
 done
 dev_prog exec_ab
-SB=/tmp/tput_side$NS/build-cuda
+SB=/tmp/tput_side$LS/build-cuda
 unset DD_TEST_QUICK
-cuda_test side_test_tput $SB/test_cuda test_tput 150
-for t in test_invariance test_device_capture; do cuda_test side_$t $SB/test_cuda $t 100 DD_TEST_QUICK=1; done
+if [ $LS != 0 ]; then
+    log "longer checks on side $LS"
+    cuda_test side_test_tput $SB/test_cuda test_tput 150
+    for t in test_invariance test_device_capture; do cuda_test side_$t $SB/test_cuda $t 100 DD_TEST_QUICK=1; done
+fi
 : >"$OUT/exec_ab.jsonl"
 IFS='|' read -r -a specs <<<"${AB_SPECS:-gpt bf16 10 8 64 256 512|csm bf16 6 8 256}"
 for spec in "${specs[@]}"; do
     ab_side base build-cuda/exec_ab "$spec"
-    for k in $(seq 1 $NS); do ab_side side$k /tmp/tput_side$k/build-cuda/exec_ab "$spec"; done
+    for k in $(seq 1 $NS); do [ ${ok[$k]} = 1 ] && ab_side side$k /tmp/tput_side$k/build-cuda/exec_ab "$spec"; done
 done
+[ $LS = 0 ] && { log "no side passed its quick test"; (cd "$OUT" && tar czf work.tgz work && rm -rf work); exit 1; }
 python3 dev/cuda/ab_table.py "$OUT/exec_ab.jsonl" | tee -a "$S"
 EXEC_AB_WARM=0 EXEC_AB_NOFRAME=1 EXEC_AB_NOLAT=1 timeout 120 ncu --metrics gpu__time_duration.sum --csv \
     --launch-count 3000 $SB/exec_ab ${NCU_SPEC:-gpt bf16} 1 256 >"$R/ncu_side_256.csv" 2>"$R/ncu.err"
