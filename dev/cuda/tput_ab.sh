@@ -8,7 +8,8 @@
 # Then dev/cuda/exec_ab.c on the throughput executor for base and every side alternating per model (GPT dims bf16
 # at 8, 64, 256, 512 streams; CSM dims at 8 and 256; AB_SPECS="model weights frames batches...|..." for others),
 # and ncu's kernel durations of one frame on the last side (NCU_SPEC="model weights", default GPT bf16; B256);
-# NCU_TILE="model weights batch": ncu's throughput sections of six tp_linear launches, base and last side.
+# NCU_TILE="model weights batch": ncu's throughput sections of six tp_linear launches, base and last side. With
+# CAP_S (seconds), the timings and profiles that would end past it are skipped (logged), so the archive is made.
 # Carry build-cuda/{cuobj,obj,tobj} (sides reuse them: only the patched files are rebuilt).
 # Writes $OUT/summary.txt, $OUT/exec_ab.jsonl, $OUT/work.tgz.   SIDES="..." OUT=$OUT bash dev/cuda/tput_ab.sh
 CALL=tput_ab source "$(dirname "$0")/call_env.sh"
@@ -39,16 +40,19 @@ fi
 : >"$OUT/exec_ab.jsonl"
 IFS='|' read -r -a specs <<<"${AB_SPECS:-gpt bf16 10 8 64 256 512|csm bf16 6 8 256}"
 for spec in "${specs[@]}"; do
+    fits 60 "exec_ab $spec" || break
     ab_side base build-cuda/exec_ab "$spec"
     for k in $(seq 1 $NS); do [ ${ok[$k]} = 1 ] && ab_side side$k /tmp/tput_side$k/build-cuda/exec_ab "$spec"; done
 done
 [ $LS = 0 ] && { log "no side passed its quick test"; (cd "$OUT" && tar czf work.tgz work && rm -rf work); exit 1; }
 python3 dev/cuda/ab_table.py "$OUT/exec_ab.jsonl" | tee -a "$S"
-EXEC_AB_WARM=0 EXEC_AB_NOFRAME=1 EXEC_AB_NOLAT=1 timeout 120 ncu --metrics gpu__time_duration.sum --csv \
-    --launch-count 3000 $SB/exec_ab ${NCU_SPEC:-gpt bf16} 1 256 >"$R/ncu_side_256.csv" 2>"$R/ncu.err"
-log "ncu last side rc $? ($(el))"
-python3 dev/cuda/ncu_by_kernel.py "$R/ncu_side_256.csv" "last side ${NCU_SPEC:-gpt bf16} B256 one frame" | tee -a "$S"
-if [ -n "${NCU_TILE-}" ]; then # "model weights batch": the tile's throughput sections (L2, memory, compute), base and last side
+if fits 100 "ncu of a frame"; then
+    EXEC_AB_WARM=0 EXEC_AB_NOFRAME=1 EXEC_AB_NOLAT=1 timeout 120 ncu --metrics gpu__time_duration.sum --csv \
+        --launch-count 3000 $SB/exec_ab ${NCU_SPEC:-gpt bf16} 1 256 >"$R/ncu_side_256.csv" 2>"$R/ncu.err"
+    log "ncu last side rc $? ($(el))"
+    python3 dev/cuda/ncu_by_kernel.py "$R/ncu_side_256.csv" "last side ${NCU_SPEC:-gpt bf16} B256 one frame" | tee -a "$S"
+fi
+if [ -n "${NCU_TILE-}" ] && fits 200 "ncu of the tile"; then # "model weights batch": the tile's throughput sections (L2, memory, compute), base and last side
     for b in base side; do
         exe=build-cuda/exec_ab
         [ $b = side ] && exe=$SB/exec_ab
@@ -59,6 +63,6 @@ if [ -n "${NCU_TILE-}" ]; then # "model weights batch": the tile's throughput se
         grep -E "tp_linear|Duration|Throughput|Hit Rate|Pipe|Executed Ipc" "$R/ncu_tile_$b.txt" | head -80 >>"$S"
     done
 fi
-[ -z "${AB_NOMEMCHECK-}" ] && cuda_memcheck side_memcheck $SB/test_cuda
+[ -z "${AB_NOMEMCHECK-}" ] && fits 150 memcheck && cuda_memcheck side_memcheck $SB/test_cuda
 (cd "$OUT" && tar czf work.tgz work && rm -rf work)
 log "# done $(date -u +%FT%TZ) ($(el))"
