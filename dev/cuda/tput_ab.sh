@@ -52,7 +52,8 @@ if fits 100 "ncu of a frame"; then
     log "ncu last side rc $? ($(el))"
     python3 dev/cuda/ncu_by_kernel.py "$R/ncu_side_256.csv" "last side ${NCU_SPEC:-gpt bf16} B256 one frame" | tee -a "$S"
 fi
-if [ -n "${NCU_TILE-}" ] && fits 200 "ncu of the tile"; then # "model weights batch": the tile's throughput sections (L2, memory, compute), base and last side
+# NCU_TILE="model weights batch": the tile's throughput sections (L2, memory, compute), base and last side
+if [ -n "${NCU_TILE-}" ] && fits 200 "ncu of the tile"; then
     for b in base side; do
         exe=build-cuda/exec_ab
         [ $b = side ] && exe=$SB/exec_ab
