@@ -50,15 +50,17 @@ if fits 100 "ncu of a frame"; then
     EXEC_AB_WARM=0 EXEC_AB_NOFRAME=1 EXEC_AB_NOLAT=1 timeout 120 ncu --metrics gpu__time_duration.sum --csv \
         --launch-count 3000 $SB/exec_ab ${NCU_SPEC:-gpt bf16} 1 256 >"$R/ncu_side_256.csv" 2>"$R/ncu.err"
     log "ncu last side rc $? ($(el))"
-    python3 dev/cuda/ncu_by_kernel.py "$R/ncu_side_256.csv" "last side ${NCU_SPEC:-gpt bf16} B256 one frame" | tee -a "$S"
+    python3 dev/cuda/ncu_by_kernel.py "$R/ncu_side_256.csv" "last side ${NCU_SPEC:-gpt bf16} B256 one frame" |
+        tee -a "$S"
 fi
 # NCU_TILE="model weights batch": the tile's throughput sections (L2, memory, compute), base and last side
 if [ -n "${NCU_TILE-}" ] && fits 200 "ncu of the tile"; then
     for b in base side; do
         exe=build-cuda/exec_ab
         [ $b = side ] && exe=$SB/exec_ab
-        EXEC_AB_WARM=0 EXEC_AB_NOFRAME=1 EXEC_AB_NOLAT=1 timeout 150 ncu --kernel-name regex:tp_linear --launch-skip 20 \
-            --launch-count 6 --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+        EXEC_AB_WARM=0 EXEC_AB_NOFRAME=1 EXEC_AB_NOLAT=1 timeout 150 ncu --kernel-name regex:tp_linear \
+            --launch-skip 20 --launch-count 6 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+            --section ComputeWorkloadAnalysis \
             $exe ${NCU_TILE% *} 1 ${NCU_TILE##* } >"$R/ncu_tile_$b.txt" 2>&1
         log "ncu tile $b rc $? ($(el))"
         grep -E "tp_linear|Duration|Throughput|Hit Rate|Pipe|Executed Ipc" "$R/ncu_tile_$b.txt" | head -80 >>"$S"
