@@ -7,6 +7,8 @@
 #               CHECK_MORE=test_sample: that test unquick too and initcheck on test_tput
 #   PART=speed: the latency executor's per-op timeline (GPT bf16 / q8 B1, CSM bf16 B1, GPT bf16 B8), depthdec bench
 #               over the batch curve, the PyTorch graph loop of scripts/bench_torch.py and bench --capacity
+#   PART=prof:  where tp_attend3's and tp_linear's time goes at GPT bf16 B256 (ncu sections of four launches each,
+#               one exec_ab frame: throughput, occupancy, warp states, memory; the whole reports in work.tgz)
 # Writes $OUT/summary.txt, $OUT/work.tgz (logs); speed also $OUT/bench.jsonl, $OUT/torch_gpt.json,
 # $OUT/torch_csm.json, $OUT/timeline.md.     OUT=$OUT PART=check bash dev/cuda/land_call.sh
 CALL=land source "$(dirname "$0")/call_env.sh"
@@ -42,6 +44,19 @@ if [[ $PART == *speed* ]]; then
     cu_bench gpt q8 256 10
     for b in 8 16 64 256; do cu_bench csm bf16 $b 10; done
     cu_torch_capacity
+fi
+if [[ $PART == *prof* ]]; then
+    dev_prog exec_ab
+    for kn in tp_attend3:80 tp_linear:20; do # (launches skipped: tp_attend3 4 a pass, so pass 21 of 31)
+        k=${kn%:*} skip=${kn#*:}
+        fits 150 "ncu $k" || continue
+        EXEC_AB_WARM=0 EXEC_AB_NOFRAME=1 EXEC_AB_NOLAT=1 timeout 180 ncu --kernel-name regex:$k --launch-skip $skip \
+            --launch-count 4 --section SpeedOfLight --section Occupancy --section WarpStateStats \
+            --section MemoryWorkloadAnalysis --section LaunchStats $B/exec_ab gpt bf16 1 256 >"$R/prof_$k.txt" 2>&1
+        log "ncu $k rc $? ($(el))"
+        grep -E "Duration|Throughput|Occupancy|Block Limit|Warp Cycles|Eligible|Issued|Hit Rate|stall|Registers" \
+            "$R/prof_$k.txt" | head -60 >>"$S"
+    done
 fi
 (cd "$OUT" && tar czf work.tgz work && rm -rf work)
 log "# done $(date -u +%FT%TZ) ($(el))"
