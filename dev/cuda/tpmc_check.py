@@ -13,8 +13,9 @@ Two checks:
    to the CTAs in the kernel's release lambda), mbarrier semantics as in the PTX ISA (pending arrivals, transaction
    count that may go negative before expect_tx, phase parity). Flags: a copy landing in a stage some consumer still
    holds (read before its release), a wrong tag, a deadlock, a copy or arrival reaching a CTA after it passed the
-   final cluster barrier. PP=1 models tput_pp's consumers (a chunk's two stages released after the next chunk's
-   stages were waited for).
+   final cluster barrier. Consumer release modes: 0 the bf16 path of tput_mcast (a chunk's two stages at its end),
+   1 tput_pp's (a chunk's two stages after the next chunk's were waited for), 2 the QINT path (each stage after its
+   own wgmmas).
 
     python3 dev/cuda/tpmc_check.py [runs]     (prints 'ok' lines; exits 1 on the first failure)
     python3 dev/cuda/tpmc_check.py --mutate   (each deliberate protocol error must be caught: prints 'caught')
@@ -180,9 +181,14 @@ def ring_run(cm, ct, nkb, pp, seed):
             chunk_of.append(kb // 2)
             yield
             # releases: mcast: a chunk's stages after its wgmmas (at the chunk's end); pp: chunk c's after chunk
-            # c + 1's stages were waited for (or at the end)
+            # c + 1's stages were waited for (or at the end); QINT: each stage after its own wgmmas
             c = kb // 2
-            if kb % 2 == 1:
+            if pp == 2:
+                holders[r][s].discard(w)
+                release(r, s)
+                held, chunk_of = held[:-1], chunk_of[:-1]
+                yield
+            elif kb % 2 == 1:
                 rel = [x for x, cc in zip(held, chunk_of) if cc == (c - 1 if pp else c)]
                 for x in rel:
                     holders[r][x].discard(w)
@@ -252,13 +258,13 @@ def main():
         return mutate()
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 300
     grid_check()
-    for pp in (0, 1):
+    for pp in (0, 1, 2):
         for cm in (1, 2):
             for ct in (1, 2):
                 for nkb in (2, 4, 6, 8, 16):
                     for k in range(runs // 10):
                         ring_run(cm, ct, nkb, pp, seed=hash((cm, ct, nkb, pp, k)) & 0xFFFFFFFF)
-                print("ok ring: cm %d ct %d pp %d (k blocks 2-16, %d schedules each)" % (cm, ct, pp, runs // 10))
+                print("ok ring: cm %d ct %d, release mode %d (k blocks 2-16, %d schedules each)" % (cm, ct, pp, runs // 10))
 
 
 if __name__ == "__main__":
