@@ -53,6 +53,20 @@ cu_torch_capacity() {
     done
 }
 
+# ncu's sections of COUNT launches of kernel KERNEL (after SKIP of them) in one exec_ab frame of EXE (the throughput
+# executor only) at "MODEL WEIGHTS BATCH", into $R/NAME.txt, its main lines appended to the summary:
+#   cu_ncu_sections NAME EXE KERNEL SKIP COUNT "MODEL WEIGHTS BATCH" SECTION...
+cu_ncu_sections() {
+    local name=$1 exe=$2 k=$3 skip=$4 count=$5 spec=$6 sec=()
+    shift 6
+    for s in "$@"; do sec+=(--section "$s"); done
+    EXEC_AB_WARM=0 EXEC_AB_NOFRAME=1 EXEC_AB_NOLAT=1 timeout 180 ncu --kernel-name regex:$k --launch-skip $skip \
+        --launch-count $count "${sec[@]}" $exe ${spec% *} 1 ${spec##* } >"$R/$name.txt" 2>&1
+    log "ncu $name ($k) rc $? ($(el))"
+    grep -E "$k|Duration|Throughput|Occupancy|Block Limit|Warp Cycles|Eligible|Issued|Hit Rate|Pipe|Registers" \
+        "$R/$name.txt" | head -80 >>"$S"
+}
+
 # The Python package with the cuda backend (DEPTHDEC_CUDA=1, linked to $B/libdepthdec.a) pip-installed into
 # /tmp/ddsite (fallback: build_ext --inplace), put on PYTHONPATH; returns 1 when neither builds (log in $R/pip.log).
 py_package() {

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# Device calls for what lands from the 2026-12-05 A/Bs (attention weights pinned, the latency kernel an instance per
-# weight mode, its poll without divisions and out of line, tp_sample with the sampler inlined), on the tree as it is
-# (carry build-cuda/{cuobj,obj,tobj}, .debs; CAP_S=540 skips a step that would pass the call's limit):
+# Device calls for a landed revision (first used for the 2026-12-05 A/Bs' landing), on the tree as it is (carry
+# build-cuda/{cuobj,obj,tobj}, .debs; CAP_S=540 skips a step that would pass the call's limit):
 #   PART=check (or "check speed": both, in that order): test_cuda all (quick), test_executors / test_tput unquick,
 #               compute-sanitizer memcheck (quick 2) and racecheck (quick 3) on test_executors, memcheck on test_tput (quick 2);
 #               CHECK_MORE=test_sample: that test unquick too and initcheck on test_tput
@@ -50,12 +49,8 @@ if [[ $PART == *prof* ]]; then
     for kn in tp_attend3:80 tp_linear:20; do # (launches skipped: tp_attend3 4 a pass, so pass 21 of 31)
         k=${kn%:*} skip=${kn#*:}
         fits 150 "ncu $k" || continue
-        EXEC_AB_WARM=0 EXEC_AB_NOFRAME=1 EXEC_AB_NOLAT=1 timeout 180 ncu --kernel-name regex:$k --launch-skip $skip \
-            --launch-count 4 --section SpeedOfLight --section Occupancy --section WarpStateStats \
-            --section MemoryWorkloadAnalysis --section LaunchStats $B/exec_ab gpt bf16 1 256 >"$R/prof_$k.txt" 2>&1
-        log "ncu $k rc $? ($(el))"
-        grep -E "Duration|Throughput|Occupancy|Block Limit|Warp Cycles|Eligible|Issued|Hit Rate|stall|Registers" \
-            "$R/prof_$k.txt" | head -60 >>"$S"
+        cu_ncu_sections prof_$k $B/exec_ab $k $skip 4 "gpt bf16 256" SpeedOfLight Occupancy WarpStateStats \
+            MemoryWorkloadAnalysis LaunchStats
     done
 fi
 (cd "$OUT" && tar czf work.tgz work && rm -rf work)

@@ -228,11 +228,8 @@ def ring_run(cm, ct, nkb, pp, seed):
             next(actors[i][2])
         except StopIteration:
             live[i] = False
-            # the cluster barrier: a CTA exits once every actor of every CTA finished
-            if not any(live.values()):
-                pass
-    for r in range(cs):  # final cluster barrier: nothing may be in flight towards any CTA now
-        assert not inflight
+    assert not inflight  # the final cluster barrier: every actor of every CTA finished, nothing in flight
+    for r in range(cs):
         exited[r] = True
         for s in range(STAGES):
             assert full[r][s].pending == 1 and full[r][s].tx == 0, ("full barrier not at rest", r, s)

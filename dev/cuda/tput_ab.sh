@@ -19,7 +19,7 @@ NS=$#
 k=0
 LS=0 # the last side whose quick test passed: it gets the longer checks; a side that failed is not timed (a hang
      # would cost every timing's timeout)
-declare -A ok
+ok=()
 for side in $SIDES; do
     k=$((k + 1))
     C=/tmp/tput_side$k
@@ -58,12 +58,8 @@ if [ -n "${NCU_TILE-}" ] && fits 200 "ncu of the tile"; then
     for b in base side; do
         exe=build-cuda/exec_ab
         [ $b = side ] && exe=$SB/exec_ab
-        EXEC_AB_WARM=0 EXEC_AB_NOFRAME=1 EXEC_AB_NOLAT=1 timeout 150 ncu --kernel-name regex:tp_linear \
-            --launch-skip 20 --launch-count 6 --section SpeedOfLight --section MemoryWorkloadAnalysis \
-            --section ComputeWorkloadAnalysis \
-            $exe ${NCU_TILE% *} 1 ${NCU_TILE##* } >"$R/ncu_tile_$b.txt" 2>&1
-        log "ncu tile $b rc $? ($(el))"
-        grep -E "tp_linear|Duration|Throughput|Hit Rate|Pipe|Executed Ipc" "$R/ncu_tile_$b.txt" | head -80 >>"$S"
+        cu_ncu_sections ncu_tile_$b $exe tp_linear 20 6 "$NCU_TILE" SpeedOfLight MemoryWorkloadAnalysis \
+            ComputeWorkloadAnalysis
     done
 fi
 [ -z "${AB_NOMEMCHECK-}" ] && fits 150 memcheck && cuda_memcheck side_memcheck $SB/test_cuda
