@@ -90,6 +90,19 @@ static void score_ok(dd_decoder *d, int n, const float *h, const int32_t *codes,
 }
 
 static const char *const tiny_kinds[] = {"tiny-gpt", "tiny-llama"};
+static const dd_dtype all_types[] = {DD_F32, DD_F16, DD_BF16, DD_Q8, DD_Q4};
+
+/* max |a - b| / max |b| over n values; NaN anywhere counts as infinitely wrong. */
+static double rel_err(const float *a, const float *b, size_t n) {
+    double err = 0, mx = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (isnan(d)) return INFINITY;
+        if (d > err) err = d;
+        if (fabs(b[i]) > mx) mx = fabs(b[i]);
+    }
+    return mx > 0 ? err / mx : err;
+}
 
 /* Sampled codes of n streams x Q levels against ref's, up to each stream's first difference: a stream's later levels
  * are drawn after another code, so they are not comparable, and one near-tie would otherwise count as up to Q - 1
@@ -105,19 +118,6 @@ static long agree_to_first_diff(const int32_t *x, const int32_t *r, int n, int Q
             same++;
         }
     return same;
-}
-static const dd_dtype all_types[] = {DD_F32, DD_F16, DD_BF16, DD_Q8, DD_Q4};
-
-/* max |a - b| / max |b| over n values; NaN anywhere counts as infinitely wrong. */
-static double rel_err(const float *a, const float *b, size_t n) {
-    double err = 0, mx = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (isnan(d)) return INFINITY;
-        if (d > err) err = d;
-        if (fabs(b[i]) > mx) mx = fabs(b[i]);
-    }
-    return mx > 0 ? err / mx : err;
 }
 
 /* ---- score ----------------------------------------------------------------------------------------------- */
@@ -548,8 +548,8 @@ static int32_t *rand_text(const dd_model *m, int n) {
  * variant within TH_LOGIT_REL of ref, input codes including the pad/initial id V; sampled codes (T 0.9 / top-k 50,
  * c0 sampled and given; greedy) identical to ref on >= 99.9 % of the (stream, level) pairs up to each stream's first
  * difference; each stream's codes (and, exact variants, logits, also with 1 thread) the same alone, inside the batch
- * of 64 and inside a batch of 300 (> one internal group); a wrong text token changes the logits (the text matters per row). On cuda: the latency
- * executor alone and in groups, the frame kernel for 64 and 300. */
+ * of 64 and inside a batch of 300 (> one internal group); a wrong text token changes the logits (the text matters per
+ * row). On cuda: the latency executor alone and in groups, the frame kernel for 64 and 300. */
 static void test_moshi_vs_ref(void **state) {
     (void)state;
     const int n = 64, big = 300;
