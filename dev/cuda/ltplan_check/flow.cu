@@ -24,11 +24,13 @@
  * its first step); the check runs at temperature 0 (greedy: no noise read) unless --temp is given.
  *
  *   make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda lib && dev/cuda/ltplan_check/build.sh
- *   build-cuda/ltplan_flow [--all] [--temp] [--only NAME] [--mutate epoch|wait|piece|nobarrier] [-v]
+ *   build-cuda/ltplan_flow [--all] [--temp] [--only NAME] [--n N] [--dev D] [--mutate epoch|wait|piece|nobarrier]
+ *                          [-v]
  *       from the repository root. One line per (model, device shape), and the first problems of each plan that
- *       has any; exit 0 when every built plan passes. --all: the models of full dimensions too (slow); --only:
- *       the models whose name contains NAME; --mutate: a fault in every plan (mutate() below; exit 1 then); -v: a
- *       line per plan. */
+ *       has any; exit 0 when every built plan passes. --all: the models of full dimensions too (slow: an hour for
+ *       GPT dims bf16 over every n; `--all --only "gpt bf16" --n 1 --dev 0` ~2 min); --only: the models whose name
+ *       contains NAME; --n: batch N only; --dev: device shape D only (0: 132 SMs, 1: 66); --mutate: a fault in every
+ *       plan (mutate() below; exit 1 then); -v: a line per plan. */
 #include "fake.inc"
 
 #include <algorithm>
@@ -37,7 +39,7 @@
 #include <string>
 #include <vector>
 
-static int g_verbose, g_temp, g_all;
+static int g_verbose, g_temp, g_all, g_n, g_dev = -1; /* --n: that batch only; --dev: that device shape only */
 static const char *g_mutate; /* --mutate: epoch | wait | piece | nobarrier */
 static int g_nobarrier;       /* --mutate nobarrier */
 
@@ -569,7 +571,7 @@ static long check_model(const char *name, const dd_model *m, int G, double l2, t
             continue;
         }
         std::vector<int> bad_n;
-        for (int n = 1; n <= LT_MAX_N; n++)
+        for (int n = g_n ? g_n : 1; n <= (g_n ? g_n : LT_MAX_N); n++)
             for (int role = 0; role < 2; role++) {
                 T->plans++;
                 lt_plan *pl = &x->plan[v][n];
@@ -637,8 +639,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--all")) g_all = 1;
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--mutate") && i + 1 < argc) g_mutate = argv[++i];
+        else if (!strcmp(argv[i], "--n") && i + 1 < argc && atoi(argv[i + 1]) >= 1 && atoi(argv[i + 1]) <= LT_MAX_N)
+            g_n = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--dev") && i + 1 < argc && (!strcmp(argv[i + 1], "0") || !strcmp(argv[i + 1], "1")))
+            g_dev = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--all] [--temp] [--only NAME] [--mutate epoch|wait|piece|nobarrier] [-v]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--all] [--temp] [--only NAME] [--n 1..%d] [--dev 0|1] "
+                            "[--mutate epoch|wait|piece|nobarrier] [-v]\n", argv[0], LT_MAX_N);
             return 2;
         }
     }
@@ -658,14 +665,14 @@ int main(int argc, char **argv) {
             continue;
         }
         for (size_t d = 0; d < sizeof lt_devs / sizeof *lt_devs; d++)
-            check_model(lt_cases[i].name, m, lt_devs[d].G, lt_devs[d].l2, &T);
+            if (g_dev < 0 || g_dev == (int)d) check_model(lt_cases[i].name, m, lt_devs[d].G, lt_devs[d].l2, &T);
         nmodels++;
         dd_model_free(m);
     }
     lt_free_pos();
-    printf("ltplan_flow: %d models x 2 device shapes, %ld plans (kind x n 1..%d x role): %ld built, %ld fit neither "
+    printf("ltplan_flow: %d models x %d device shapes, %ld plans (kind x n %d..%d x role): %ld built, %ld fit neither "
            "way; %s\n",
-           nmodels, T.plans, LT_MAX_N, T.built, T.unfit,
+           nmodels, g_dev < 0 ? 2 : 1, T.plans, g_n ? g_n : 1, g_n ? g_n : LT_MAX_N, T.built, T.unfit,
            failed || T.bad ? "PROBLEMS (above)" : "every built plan's pieces and dataflow pass");
     return failed || T.bad ? 1 : 0;
 }
