@@ -27,8 +27,8 @@
  *   build-cuda/ltplan_flow [--all] [--temp] [--only NAME] [--n N] [--dev D] [--mutate epoch|wait|piece|nobarrier]
  *                          [-v]
  *       from the repository root. One line per (model, device shape), and the first problems of each plan that
- *       has any; exit 0 when every built plan passes. --all: the models of full dimensions too (slow: an hour for
- *       GPT dims bf16 over every n; `--all --only "gpt bf16" --n 1 --dev 0` ~2 min); --only: the models whose name
+ *       has any; exit 0 when every built plan passes. --all: the models of full dimensions too (slow: `--all --only
+ *       "gpt bf16"` had not finished after 55 min; with `--n 1 --dev 0` ~2 min); --only: the models whose name
  *       contains NAME; --n: batch N only; --dev: device shape D only (0: 132 SMs, 1: 66); --mutate: a fault in every
  *       plan (mutate() below; exit 1 then); -v: a line per plan. */
 #include "fake.inc"
