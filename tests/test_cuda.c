@@ -60,7 +60,8 @@
 #include <cuda_runtime_api.h>
 void dd_cuda_test_force_big(int on);                            /* src/cuda/host_entry.cu */
 void dd_cuda_test_crossover(dd_decoder *d, int nmax); /* src/cuda/backend.cu: latency executor up to nmax streams */
-int dd_cuda_test_tput(dd_decoder *d, int nmin); /* src/cuda/backend.cu: throughput executor from nmin streams */
+int dd_cuda_test_tput(dd_decoder *d, int nmin); /* src/cuda/backend.cu: throughput executor from nmin streams;
+                                                  * 0 none, 1 some linears on the frame kernel, 2 all on the tile */
 /* the kernel entry points (dd_cuda_linear_host, _attend_host, _sample_host) are hooks of the registry's cuda row */
 static const dd_backend_test *cu_hooks(void) { return &dd_registry_row(DD_BACKEND_CUDA)->test; }
 #endif
@@ -475,6 +476,9 @@ static void executors_vs(const char *kind, dd_dtype wt, int n, int tput) {
     const char *name = tput ? "throughput executor" : "latency executor";
     if (tput && !dd_cuda_test_tput(d, 0)) fail_msg("%s %s n=%d: no throughput executor on this device", kind,
                                                     dd_dtype_name(wt), n);
+    if (tput == 2 && dd_cuda_test_tput(d, 0) != 2)
+        fail_msg("%s %s n=%d: a linear of the model is not on the throughput executor's tile", kind,
+                 dd_dtype_name(wt), n);
     for (int x = 0; x < 2; x++) { /* x = 0: the executor under test, 1: the frame kernel */
         dd_cuda_test_crossover(d, x || tput ? 0 : n);
         dd_cuda_test_tput(d, x || !tput ? 0 : 1);
@@ -549,13 +553,19 @@ static void test_tput(void **state) {
     NEED_CUDA();
     executors_vs("tiny-gpt", DD_BF16, 12, 1);
     executors_vs("gpt", DD_BF16, 9, 1);
+    executors_vs("gpt", DD_Q8, 9, 2); /* q8 / q4 on the tile (2: every linear there; QINT: group partials closed
+                                       * between wgmma groups) */
     if (g_quick >= 2) return;
     executors_vs("gpt", DD_BF16, 64, 1);
     executors_vs("gpt", DD_BF16, 100, 1);
     executors_vs("csm", DD_BF16, 33, 1);
+    executors_vs("gpt", DD_Q4, 40, 2);
+    executors_vs("csm", DD_Q8, 17, 2);
     if (g_quick) return;
     executors_vs("gpt", DD_BF16, 300, 1);
-    executors_vs("gpt", DD_Q8, 20, 1);
+    executors_vs("gpt", DD_Q8, 20, 2);
+    executors_vs("gpt", DD_Q8, 260, 2);
+    executors_vs("moshi", DD_Q8, 12, 1); /* per-position slices, gate/up pairs (fc1 5632 rows), fc2 K 2816 */
     executors_vs("csm", DD_BF16, 130, 1);
     executors_vs("moshi", DD_BF16, 24, 1);
 }

@@ -752,7 +752,7 @@ extern "C" void dd_cuda_test_crossover(dd_decoder *d, int nmax) {
 extern "C" int dd_cuda_test_tput(dd_decoder *d, int nmin) {
     cu_state *st = (cu_state *)d->impl;
     st->tp_min = nmin > 0 ? nmin : INT_MAX;
-    return st->tp != NULL;
+    return st->tp ? 1 + tp_covers(st->tp) : 0; /* 2: every linear of the model runs on the tile */
 }
 
 extern "C" const dd_backend_vt dd_cuda_backend = {"cuda",           cuda_init,       cuda_destroy,

@@ -89,6 +89,7 @@ __device__ __forceinline__ void cu_chunk_small(float (&p)[4], const cu_mat &w, i
     float d[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
     float ga[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
     const int gkt = WM == WM_QINT ? w.group / 16 : 1;
+    int gc = 0; /* i % gkt by counting (gkt is not a constant: a division each otherwise) */
     constexpr int UNR = FAST ? CU_CKT : 1;
 #pragma unroll(UNR)
     for (int i = 0; i < CU_CKT; i++) {
@@ -105,10 +106,11 @@ __device__ __forceinline__ void cu_chunk_small(float (&p)[4], const cu_mat &w, i
             cu_afrag A;
             cu_make_a<TYPE, WM>(A, raw[FAST ? i : 0], w, mt, kt0 + i, lane);
             if (WM == WM_QINT) {
-                if (i % gkt == 0) ga[0][0] = ga[0][1] = ga[0][2] = ga[0][3] = 0.0f;
+                if (gc == 0) ga[0][0] = ga[0][1] = ga[0][2] = ga[0][3] = 0.0f;
                 cu_ktile<WM, 1>(ga, A, b);
-                if ((i + 1) % gkt == 0) {
-                    int gi = (kt0 + i) / gkt;
+                if (++gc == gkt) {
+                    gc = 0;
+                    int gi = (kt0 + i) / gkt; /* once a group */
                     float s0, b0, s1, b1;
                     cu_sb(w, mt, gi, g, s0, b0);
                     cu_sb(w, mt, gi, g + 8, s1, b1);
@@ -352,9 +354,12 @@ static __device__ __noinline__ void cu_gemm_big(const cu_linear &L, int T, const
                     for (int e = 0; e < 4; e++) p[h][j][e] = 0.0f;
             constexpr bool FAST = WM == WM_BF16 || WM == WM_F16 || WM == WM_QINT;
             constexpr int UNR = FAST ? CU_CKT : 1;
+            int gc = 0; /* i % gkt by counting (gkt is not a constant: a division each otherwise) */
 #pragma unroll(UNR)
             for (int i = 0; i < CU_CKT; i++) {
                 if (i < nkt) {
+                    const bool gfirst = gc == 0, glast = gc + 1 == gkt;
+                    gc = glast ? 0 : gc + 1;
                     uint32_t b[4][4];
 #pragma unroll
                     for (int j = 0; j < 4; j++) {
@@ -372,12 +377,12 @@ static __device__ __noinline__ void cu_gemm_big(const cu_linear &L, int T, const
                         cu_afrag A;
                         cu_make_a<TYPE, WM>(A, raw, w, mt, kt0 + i, lane);
                         if (WM == WM_QINT) {
-                            if (i % gkt == 0)
+                            if (gfirst)
 #pragma unroll
                                 for (int j = 0; j < 4; j++) ga[h][j][0] = ga[h][j][1] = ga[h][j][2] = ga[h][j][3] = 0.0f;
                             cu_ktile<WM, 4>(ga[h], A, b);
-                            if ((i + 1) % gkt == 0) {
-                                int gi = (kt0 + i) / gkt;
+                            if (glast) {
+                                int gi = (kt0 + i) / gkt; /* once a group */
                                 float s0, b0, s1, b1;
                                 cu_sb(w, mt, gi, g, s0, b0);
                                 cu_sb(w, mt, gi, g + 8, s1, b1);

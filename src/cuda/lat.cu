@@ -97,6 +97,7 @@ typedef struct lt_op {
             float *kc, *vc;
             size_t cstride;
             int H, KVH, HD;
+            int grp; /* items (stream, kv head) a step runs at once (lt_att_grp) */
             const double *rope;
             const float *qn, *kn; /* Qwen3's q/k norm weights [HD], or NULL */
             float qk_eps;
@@ -480,6 +481,7 @@ __device__ __forceinline__ void lt_chunk(float (&p)[4], const cu_mat &w, int mt,
     float d[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
     float ga[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
     const int gkt = WM == WM_QINT ? w.group / 16 : 1;
+    int gc = 0, gl = 0; /* i % gkt and i / gkt by counting (gkt is not a constant: a division each otherwise) */
     constexpr int UNR = FAST ? CU_CKT : 1;
 #pragma unroll(UNR)
     for (int i = 0; i < CU_CKT; i++) {
@@ -496,15 +498,16 @@ __device__ __forceinline__ void lt_chunk(float (&p)[4], const cu_mat &w, int mt,
             cu_afrag A;
             cu_make_a<TYPE, WM>(A, raw[FAST ? i : 0], w, mt, kt0 + i, lane);
             if (WM == WM_QINT) {
-                if (i % gkt == 0) ga[0][0] = ga[0][1] = ga[0][2] = ga[0][3] = 0.0f;
+                if (gc == 0) ga[0][0] = ga[0][1] = ga[0][2] = ga[0][3] = 0.0f;
                 cu_ktile<WM, 1>(ga, A, b);
-                if ((i + 1) % gkt == 0) {
-                    const int gl = i / gkt, es = w.sb_bytes / 2;
+                if (++gc == gkt) {
+                    const int es = w.sb_bytes / 2;
                     const uint8_t *q0 = sbp + ((size_t)gl * 16 + g) * w.sb_bytes, *q1 = q0 + 8 * w.sb_bytes;
                     float s0 = cu_sb_load<true>(q0, w.sbtype), b0 = cu_sb_load<true>(q0 + es, w.sbtype);
                     float s1 = cu_sb_load<true>(q1, w.sbtype), b1 = cu_sb_load<true>(q1 + es, w.sbtype);
                     float a0 = as0 ? as0[gl] : 0.0f, a1 = as1 ? as1[gl] : 0.0f;
                     cu_qint_group(d[0], ga[0], s0, b0, s1, b1, a0, a1);
+                    gc = 0, gl++;
                 }
             } else {
                 cu_ktile<WM, 1>(d, A, b);
@@ -751,7 +754,7 @@ __device__ __forceinline__ int lt_linear(const lt_step st, int l, int v) {
     return v;
 }
 
-/* ---- attention: one (stream, kv head) item, the arithmetic of cu_attend_fast ------------------------------- */
+/* ---- attention: groups of (stream, kv head) items, each with the arithmetic of cu_attend_fast -------------- */
 
 __device__ __forceinline__ void lt_attend(const lt_step st, int l) {
     const lt_params &P = lt_P;
@@ -764,58 +767,71 @@ __device__ __forceinline__ void lt_attend(const lt_step st, int l) {
     /* key rows padded to HD + 1 floats: lane j reads row j, so an unpadded stride of HD words would put every
      * lane on one bank (a 32-way conflict per element of the score loop) */
     const int HDP = HD + 1;
-    float *SK = (float *)S.act, *SV = SK + (size_t)p0 * HDP, *SQ = SV + (size_t)p0 * HD, *SKN = SQ + (size_t)Pp * G * HD,
-          *SVN = SKN + (size_t)Pp * HDP;
+    /* Up to op.grp items (stream, kv head) at once, each with its scratch in the act area: SK [p0][HDP], SV [p0][HD]
+     * (the cache), SQ [Pp G][HD], SKN [Pp][HDP], SVN [Pp][HD] (this pass's rows); one poll for all of them, a warp per
+     * q row. At GPT dims (G 1) an item keeps one warp busy, so four items take about as long as one, and the plan
+     * puts 16 kv heads on 4 SMs instead of 16 (lt_att_grp). */
+    const int nq = Pp * G, nrow = nq + Pp, nrun = nrow + Pp, isz = p0 * (HDP + HD) + nq * HD + Pp * (HDP + HD);
+    auto item = [&](int ii, float *&SK, float *&SV, float *&SQ, float *&SKN, float *&SVN) {
+        SK = (float *)S.act + (size_t)ii * isz, SV = SK + (size_t)p0 * HDP, SQ = SV + (size_t)p0 * HD;
+        SKN = SQ + (size_t)nq * HD, SVN = SKN + (size_t)Pp * HDP;
+    };
     const u64 *qkv = (const u64 *)op.in;
-    for (int it = st.u0; it < st.u1; it++) {
-        const int s = it / KVH, kg = it % KVH;
-        const float *kc = op.kc + (size_t)s * op.cstride + (size_t)kg * HD;
-        const float *vc = op.vc + (size_t)s * op.cstride + (size_t)kg * HD;
+    for (int i0 = st.u0; i0 < st.u1; i0 += op.grp) {
+        const int ni = min(op.grp, st.u1 - i0);
+        float *SK, *SV, *SQ, *SKN, *SVN;
         /* earlier positions from the cache (written by this SM in earlier passes) while the new q/k/v arrive */
         { /* rows jj, jj + rpt, ...: one division per thread */
             const int rpt = LT_NC / HD, jj = tid / HD, d = tid - jj * HD;
             if (jj < rpt) {
+#pragma unroll 1
+                for (int ii = 0; ii < ni; ii++) {
+                    const int s = (i0 + ii) / KVH, kg = i0 + ii - s * KVH;
+                    const float *kc = op.kc + (size_t)s * op.cstride + (size_t)kg * HD;
+                    const float *vc = op.vc + (size_t)s * op.cstride + (size_t)kg * HD;
+                    item(ii, SK, SV, SQ, SKN, SVN);
 #pragma unroll 4
-                for (int j = jj; j < p0; j += rpt) {
-                    SK[(size_t)j * HDP + d] = __ldcg(kc + (size_t)j * kvw + d);
-                    SV[(size_t)j * HD + d] = __ldcg(vc + (size_t)j * kvw + d);
+                    for (int j = jj; j < p0; j += rpt) {
+                        SK[(size_t)j * HDP + d] = __ldcg(kc + (size_t)j * kvw + d);
+                        SV[(size_t)j * HD + d] = __ldcg(vc + (size_t)j * kvw + d);
+                    }
                 }
             }
         }
         LT_PH(1);
-        const int nrun = Pp * (G + 2); /* q heads of the group per position, then k, then v: SQ, SKN, SVN */
-        if (tid < nrun) {
-            const int r = tid;
+        if (tid < ni * nrun) { /* per item: its q heads per position, then k, then v: SQ, SKN, SVN */
+            const int ii = tid / nrun, r = tid - ii * nrun, s = (i0 + ii) / KVH, kg = i0 + ii - s * KVH;
             int i, col;
-            if (r < Pp * G) i = r / G, col = (kg * G + r % G) * HD;
-            else if (r < Pp * G + Pp) i = r - Pp * G, col = (H + kg) * HD;
-            else i = r - Pp * G - Pp, col = (H + KVH + kg) * HD;
-            S.rsrc[r] = qkv + (size_t)(s * Pp + i) * op.ldin + col;
-            S.rdst[r] = r < Pp * G ? SQ + (size_t)r * HD : r < Pp * G + Pp ? SKN + (size_t)(r - Pp * G) * HDP
-                                                                        : SVN + (size_t)(r - Pp * G - Pp) * HD;
+            if (r < nq) i = r / G, col = (kg * G + r % G) * HD;
+            else if (r < nrow) i = r - nq, col = (H + kg) * HD;
+            else i = r - nrow, col = (H + KVH + kg) * HD;
+            item(ii, SK, SV, SQ, SKN, SVN);
+            S.rsrc[tid] = qkv + (size_t)(s * Pp + i) * op.ldin + col;
+            S.rdst[tid] = r < nq ? SQ + (size_t)r * HD : r < nrow ? SKN + (size_t)(r - nq) * HDP : SVN + (size_t)(r - nrow) * HD;
         }
         lt_bar::sync();
-        lt_poll_runs(E, nrun, HD, HD);
+        lt_poll_runs(E, ni * nrun, HD, HD);
         lt_bar::sync();
         LT_MARK(0);
         LT_MARK(1);
         LT_PH(2);
         if (op.qn) { /* Qwen3: each q row and new k row RMS-normed in place first, one warp a row (cu_qk_norm) */
-            const int rows = Pp * G + Pp;
 #pragma unroll 1
-            for (int r = warp; r < rows; r += LT_NW) {
-                float *row = r < Pp * G ? SQ + (size_t)r * HD : SKN + (size_t)(r - Pp * G) * HDP;
-                cu_qk_norm([row](int d) { return row[d]; }, row, HD, r < Pp * G ? op.qn : op.kn, op.qk_eps, lane);
+            for (int rr = warp; rr < ni * nrow; rr += LT_NW) {
+                const int ii = rr / nrow, r = rr - ii * nrow;
+                item(ii, SK, SV, SQ, SKN, SVN);
+                float *row = r < nq ? SQ + (size_t)r * HD : SKN + (size_t)(r - nq) * HDP;
+                cu_qk_norm([row](int d) { return row[d]; }, row, HD, r < nq ? op.qn : op.kn, op.qk_eps, lane);
             }
             lt_bar::sync();
         }
         if (op.rope) { /* q rows (position p0 + i), then the new k rows, rotated in place as cu_norm_rot_row does */
-            const int rows = Pp * G + Pp;
 #pragma unroll 1
-            for (int idx = tid; idx < rows * half; idx += LT_NC) {
-                const int r = idx / half, j = idx - r * half;
-                const int p = p0 + (r < Pp * G ? r / G : r - Pp * G);
-                float *row = r < Pp * G ? SQ + (size_t)r * HD : SKN + (size_t)(r - Pp * G) * HDP;
+            for (int idx = tid; idx < ni * nrow * half; idx += LT_NC) {
+                const int rr = idx / half, j = idx - rr * half, ii = rr / nrow, r = rr - ii * nrow;
+                const int p = p0 + (r < nq ? r / G : r - nq);
+                item(ii, SK, SV, SQ, SKN, SVN);
+                float *row = r < nq ? SQ + (size_t)r * HD : SKN + (size_t)(r - nq) * HDP;
                 float o0, o1;
                 cu_rope_pair(op.rope, HD, p, j, row[j], row[j + half], o0, o1);
                 row[j] = o0;
@@ -825,16 +841,21 @@ __device__ __forceinline__ void lt_attend(const lt_step st, int l) {
         }
         LT_PH(3);
 #pragma unroll 1
-        for (int idx = tid; idx < Pp * HD; idx += LT_NC) { /* append (keys stored rotated) */
-            const int i = idx / HD, d = idx - i * HD;
-            op.kc[(size_t)s * op.cstride + (size_t)(p0 + i) * kvw + (size_t)kg * HD + d] = SKN[(size_t)i * HDP + d];
-            op.vc[(size_t)s * op.cstride + (size_t)(p0 + i) * kvw + (size_t)kg * HD + d] = SVN[idx];
+        for (int idx = tid; idx < ni * Pp * HD; idx += LT_NC) { /* append (keys stored rotated) */
+            const int ii = idx / (Pp * HD), r = idx - ii * (Pp * HD), i = r / HD, d = r - i * HD;
+            const int s = (i0 + ii) / KVH, kg = i0 + ii - s * KVH;
+            item(ii, SK, SV, SQ, SKN, SVN);
+            const size_t at = (size_t)s * op.cstride + (size_t)(p0 + i) * kvw + (size_t)kg * HD + d;
+            op.kc[at] = SKN[(size_t)i * HDP + d];
+            op.vc[at] = SVN[r];
         }
         LT_PH(4);
         const float scale = sqrtf((float)HD);
 #pragma unroll 1
-        for (int q = warp; q < Pp * G; q += LT_NW) {
-            const int i = q / G, hq = q - i * G, p = p0 + i, nk = p + 1;
+        for (int qq = warp; qq < ni * nq; qq += LT_NW) {
+            const int ii = qq / nq, q = qq - ii * nq, i = q / G, hq = q - i * G, p = p0 + i, nk = p + 1;
+            const int s = (i0 + ii) / KVH, kg = i0 + ii - s * KVH;
+            item(ii, SK, SV, SQ, SKN, SVN);
             const float *sq = SQ + (size_t)q * HD;
             float sc[2] = {-INFINITY, -INFINITY};
 #pragma unroll 1
@@ -1154,7 +1175,7 @@ struct builder {
     std::vector<std::vector<lt_piece>> ppre, ppass;
     std::vector<double> load;
     int fail = 0;
-    int R = 0, Rs = 0; /* the last R SMs run no linear units: attention items and (the last Rs of them) sampling */
+    int R = 0; /* the last R SMs run no linear units: attention items and sampling */
 
     /* units of op `o` (U of them, each unit_bytes) over the G - R SMs that run linears: U / (G - R) each, the
      * remainder to the least loaded; contiguous ranges in SM order. Returns [G][2]. */
@@ -1667,10 +1688,22 @@ int lt_translate(lt_exec *x, const dd_plan *fp, std::vector<lt_op> &ops, std::ve
 
 /* Build the plan of (variant, n) from the op list of the frame plan fp (of kind variant), with attention and
  * samplers on SMs of their own (role) or not; x->plan[variant][n].ok says whether it fits the executor's limits. */
+/* Attention items (stream, kv head) one step runs at once (lt_attend): as many as fit the act area (an item's
+ * scratch at most (Q - 1) (2 HD + 2) + 2 G HD + 4 (HD + 1) floats, G q heads a kv head; position 1's pass has two
+ * new rows and no cache) and the poll's run table (2 (G + 2) runs an item), and no more q rows (2 G an item) than
+ * compute warps; 0: not even one fits */
+static int lt_att_grp(const dd_config *c) {
+    const int Q = c->levels, HD = c->head_dim, Gq = c->heads / c->kv_heads;
+    const size_t fl = (size_t)(Q - 1) * (HD + 1) * 2 + 2 * (size_t)Gq * HD + 4 * (size_t)(HD + 1);
+    int grp = (int)std::min<size_t>(LT_ACT_BYTES / (fl * 4), LT_RUNS / (2 * (Gq + 2)));
+    if (grp > 1) grp = std::min(grp, std::max(1, LT_NW / (2 * Gq)));
+    return grp;
+}
+
 static dd_status build_plan_role(lt_exec *x, const dd_plan *fp, int variant, int n, int role, dd_error *err) {
     cu_state *st = x->st;
     const dd_config *c = &x->m->cfg;
-    const int H = c->heads, KV = c->kv_heads, HD = c->head_dim, V = c->codebook_size, Q = c->levels, G = x->G;
+    const int KV = c->kv_heads, V = c->codebook_size, G = x->G;
     /* Moshi (per-position weights): passes 0 .. Q-1 of one position each, every linear of pass l on slice l (wl);
      * the prelude gathers pass 0's row (text_embed[t]); pass l's input row is in_proj[l] . h + the table row in xg
      * (gathered by the prelude or the previous pass's sampler); no final norm */
@@ -1690,15 +1723,24 @@ static dd_status build_plan_role(lt_exec *x, const dd_plan *fp, int variant, int
      * item as soon as the inputs are published instead of after its own linear units, and runs the same few code
      * paths every pass (H200, GPT dims bf16 B1: attention 5.2 instead of 7.4 us a layer on the critical path, the
      * frame 3% faster; CSM dims 7% faster; docs/cuda_results.md 2026-12-04) */
-    b.Rs = role ? n : 0;
-    b.R = role ? n + n * KV : 0;
-    if (b.R > G / 4) b.R = b.Rs = 0;
+    /* An SM of its own runs up to `grp` attention items at once (lt_att_grp), and the samplers share the attention
+     * SMs (a pass samples after its last attention step): at GPT dims B1 4 reserved SMs instead of 17, so 128 SMs run
+     * the linears: fc1's 256 units two to an SM (three on 115), fc2 split over K and the head one unit to an SM */
+    const int grp = lt_att_grp(c);
+    if (!grp) b.fail = 1;
+    b.R = role && grp ? std::max(n, (n * KV + grp - 1) / grp) : 0;
+    if (b.R > G / 4) b.R = 0;
     double kept = 0;
     /* ---- the op list: the prelude (context: pass l0) and one pass, from the frame plan ---- */
     std::vector<int> pre_ops, pass_ops;
     if (!lt_translate(x, fp, b.ops, pre_ops, pass_ops)) {
         pl->ok = 1; /* a plan shape this executor does not run: the frame kernel does */
         return DD_OK;
+    }
+    /* reserved SMs only where they cost no linear an extra unit on its busiest SM (GPT dims: B1 yes, B2-B8 no) */
+    for (const lt_op &o : b.ops) {
+        const int U = o.kind == LT_LIN ? o.w.MT / (o.w.pair ? 2 : 1) : 0;
+        if (b.R && U && (U + G - b.R - 1) / (G - b.R) > (U + G - 1) / G) b.R = 0;
     }
     /* a linear without a norm stages its whole input row at once too when it fits (one poll instead of one per
      * piece): fc2 and out at small batches */
@@ -1764,11 +1806,9 @@ static dd_status build_plan_role(lt_exec *x, const dd_plan *fp, int variant, int
                 return busy[a] != busy[c] ? busy[a] < busy[c] : b.load[a] < b.load[c];
             });
             ranges[k].assign(G, {0, 0});
-            if (b.R) { /* item i on a reserved SM of its own */
-                for (int i = 0; i < items; i++) {
-                    const int sm = o.kind == LT_SMP ? G - 1 - i : G - 1 - b.Rs - i;
-                    ranges[k][sm] = {i, i + 1};
-                }
+            if (b.R) { /* sampler i on reserved SM G - 1 - i, attention items [j grp, j grp + grp) on G - 1 - j */
+                const int per = o.kind == LT_ATT ? grp : 1;
+                for (int j = 0; j * per < items; j++) ranges[k][G - 1 - j] = {j * per, std::min(items, (j + 1) * per)};
                 continue;
             }
             /* item i on SM ord[i % G]: contiguous item ranges per SM when items > G */
@@ -1807,10 +1847,10 @@ static dd_status build_plan_role(lt_exec *x, const dd_plan *fp, int variant, int
     };
     assign(pre_ops, b.pre, b.ppre, n, NULL, NULL);
     assign(pass_ops, b.pass, b.ppass, Tl, NULL, NULL);
-    /* attention scratch and the sampler's logits fit the act area */
-    if ((size_t)((Q - 1) * (HD + 1) * 2 + 2 * (H / KV) * HD + 4 * (HD + 1)) * 4 > LT_ACT_BYTES || (size_t)(V + 4) * 8 > LT_ACT_BYTES ||
-        2 * (H / KV + 2) > LT_RUNS || 2 * LT_MAX_N > LT_RUNS)
-        b.fail = 1;
+    /* the sampler's logits fit the act area (attention's scratch: lt_att_grp) */
+    if ((size_t)(V + 4) * 8 > LT_ACT_BYTES || 2 * LT_MAX_N > LT_RUNS) b.fail = 1;
+    for (lt_op &o : b.ops)
+        if (o.kind == LT_ATT) o.grp = grp;
     if (b.ops.size() * sizeof(lt_op) > LT_OPS_BYTES) b.fail = 1;
     for (int i = 0; i < G; i++)
         if ((b.pre[i].size() + b.pass[i].size()) * sizeof(lt_step) + 8 + (b.ppre[i].size() + b.ppass[i].size()) * 8 >

@@ -7,7 +7,9 @@
  *              fragments loaded to registers) and B = hi / lo (TMA, 128-byte swizzle); per output and chunk of
  *              CU_CKT k-tiles a partial from +0 with, per k-tile, the hi term then the lo term; the partials added
  *              onto the running sum in chunk order (split-K in S fixed slabs: slab 0 keeps the running sum,
- *              later slabs store their chunk partials, added in chunk order by tp_epi);
+ *              later slabs store their chunk partials, added in chunk order by tp_epi); q8 / q4 weights (QINT,
+ *              groups of 64) as exact bf16 integers, each group's partial closed with its scale, bias and the
+ *              tokens' group sums (tp_split writes them) before it joins the chunk's, as cu_gemm_big does;
  *   tp_epi     the running sum (plus the slabs' partials, in order) through the frame kernel's cu_epilogue
  *              (bias, activation / gate pair, residual, added rows).
  * Attention runs as a kernel of its own: tp_attend3 (a warp a (stream, kv head), cache rows staged by cp.async;
@@ -58,8 +60,11 @@ typedef unsigned long long u64;
 
 struct tp_args {
     float *out;           /* S == 1: the running sums (T, Nr); S > 1: [np][T][Nr], slab 0's sums first */
-    const uint8_t *wfrag; /* bf16 weights in the engine's fragment layout, Nr = MT 16 rows, KT = K / 16 */
+    const uint8_t *wfrag; /* the weights in the engine's fragment layout, Nr = MT 16 rows, KT = K / 16 */
     int Nr, K, T, S;
+    cu_mat w;             /* q8 / q4 (QINT): the scales and biases (cu_sb), group */
+    const float *asum;    /* QINT: the activations' group sums, [NG][ta] (tp_split) */
+    int ta;
     int *err;             /* the decoder's error words: [0] = CU_ERR_TIMEOUT on a pipeline timeout */
     u64 timeout_ns;
 };
@@ -168,7 +173,8 @@ __device__ __forceinline__ void tp_wgmma(float (&d)[32], const uint32_t (&a)[4],
  * One block a row: the row into shared memory (every thread, 16-byte loads when aligned), the statistics by warp 0
  * from there (cu_row_stats' lane order), then every thread normalises, splits and stores 8 columns at a time.
  * K % 64 == 0; dynamic shared memory K floats. */
-__global__ void __launch_bounds__(256) tp_split(const cu_linear L, int T, uint32_t *hi, uint32_t *lo) {
+__global__ void __launch_bounds__(256) tp_split(const cu_linear L, int T, uint32_t *hi, uint32_t *lo, float *asum,
+                                                int ta) {
     extern __shared__ float tp_row[];
     __shared__ float stat[2];
     tp_pdl_trigger();
@@ -191,22 +197,73 @@ __global__ void __launch_bounds__(256) tp_split(const cu_linear L, int T, uint32
     for (int k = 8 * tid; k < K; k += 2048) {
         uint32_t w[8];
 #pragma unroll
-        for (int u = 0; u < 8; u++)
+        for (int u = 0; u < 8; u++) {
             w[u] = cu_split_pack(cu_norm_val(tp_row[k + u], k + u, L.norm, mean, rstd, L.norm_w, L.norm_b));
+            if (asum) tp_row[k + u] = __uint_as_float(w[u]); /* this thread's columns only: the group sums' input */
+        }
         /* cu_split_pack: hi in the low half, lo in the high */
         *(uint4 *)(h + k / 2) = make_uint4((w[0] & 0xFFFFu) | (w[1] << 16), (w[2] & 0xFFFFu) | (w[3] << 16),
                                            (w[4] & 0xFFFFu) | (w[5] << 16), (w[6] & 0xFFFFu) | (w[7] << 16));
         *(uint4 *)(l + k / 2) = make_uint4((w[0] >> 16) | (w[1] & 0xFFFF0000u), (w[2] >> 16) | (w[3] & 0xFFFF0000u),
                                            (w[4] >> 16) | (w[5] & 0xFFFF0000u), (w[6] >> 16) | (w[7] & 0xFFFF0000u));
     }
+    if (asum) { /* QINT: the group sums of the split values, a warp a group (cu_stage_big's cu_group_sum) */
+        __syncthreads();
+        const int lane = tid & 31;
+        for (int gi = tid >> 5; gi < L.w.NG; gi += 8) {
+            const float gs = cu_group_sum([&](int k) { return __float_as_uint(tp_row[gi * L.w.group + k]); },
+                                          L.w.group, lane);
+            if (lane == 0) asum[(size_t)gi * ta + t] = gs;
+        }
+    }
 }
 
-/* grid: ceil(Nr / 128) ceil(T / BN) S CTAs of TP_THREADS; tm_hi, tm_lo: hi and lo (T, K), box {64, BN}, 128B swizzle */
+/* The bytes of one (m-tile, k-tile) of weights of type TYPE in the fragment layout */
+template <int TYPE> __host__ __device__ constexpr int tp_tile_bytes() {
+    return TYPE == DD_BF16 ? 512 : TYPE == DD_Q8 ? 256 : 128;
+}
+
+/* QINT (q8 / q4 weights with groups of 32, 64 or 128): the frame kernel's cu_gemm_big order per chunk: for each group
+ * of its k-tiles a partial ga from +0 (per k-tile the hi term then the lo term, the q values exact in bf16), closed
+ * into the chunk's partial by cu_qint_group (s ga, then b asum) with the group's scales, biases and the tokens' group
+ * sums; the chunks' partials onto the running sum in chunk order as for bf16. A wgmma chain over a group gives the
+ * mma.sync chain's bits (as for bf16). Each group's wgmmas are waited for before it is closed. */
+struct tp_qgroup {
+    float s0, b0, s1, b1; /* rows g and g + 8 of the warp's m-tile */
+};
+/* group gi's scales and biases and the lane's tokens' group sums (issued before the group's wgmmas are waited for) */
 template <int BN>
+__device__ __forceinline__ void tp_qint_load(tp_qgroup &q, float (&as)[BN / 4], const tp_args &a, int mt, int gi,
+                                             int t0, int g, int cq) {
+    cu_sb(a.w, mt, gi, g, q.s0, q.b0);
+    cu_sb(a.w, mt, gi, g + 8, q.s1, q.b1);
+    const float *ar = a.asum + (size_t)gi * a.ta;
+#pragma unroll
+    for (int jb = 0; jb < BN / 8; jb++) {
+        const int t = t0 + 8 * jb + 2 * cq;
+        as[2 * jb] = t < a.T ? __ldcg(ar + t) : 0.0f;
+        as[2 * jb + 1] = t + 1 < a.T ? __ldcg(ar + t + 1) : 0.0f;
+    }
+}
+/* the group's partial ga closed into the chunk's partial p (cu_qint_group per m16n8 fragment: element 4 jb + e is
+ * row g + 8 (e >> 1), token 8 jb + 2 cq + (e & 1)) */
+template <int BN>
+__device__ __forceinline__ void tp_qint_close(float (&p)[BN / 2], const float (&ga)[BN / 2], const tp_qgroup &q,
+                                              const float (&as)[BN / 4]) {
+#pragma unroll
+    for (int jb = 0; jb < BN / 8; jb++)
+        cu_qint_group(*(float(*)[4]) & p[4 * jb], *(const float(*)[4]) & ga[4 * jb], q.s0, q.b0, q.s1, q.b1,
+                      as[2 * jb], as[2 * jb + 1]);
+}
+
+/* grid: ceil(Nr / 128) ceil(T / BN) S CTAs of TP_THREADS; tm_hi, tm_lo: hi and lo (T, K), box {64, BN}, 128B swizzle;
+ * TYPE: the weights (DD_BF16; DD_Q8 / DD_Q4: QINT) */
+template <int BN, int TYPE>
 __global__ void __launch_bounds__(TP_THREADS, 1)
     tp_linear(const __grid_constant__ CUtensorMap tm_hi, const __grid_constant__ CUtensorMap tm_lo, const tp_args a) {
 #if TP_DEVICE
-    constexpr int HI = BN * TP_BK * 2, SB = 2 * HI + TP_A_BYTES, NACC = BN / 2;
+    constexpr int TB = tp_tile_bytes<TYPE>(), MB = (TP_BK / 16) * TB; /* an m-tile's weights a stage */
+    constexpr int HI = BN * TP_BK * 2, SB = 2 * HI + (TP_BM / 16) * MB, NACC = BN / 2;
     extern __shared__ unsigned char tp_smem_raw[];
     unsigned char *smem = tp_smem_raw + ((1024 - (tp_smem(tp_smem_raw) & 1023)) & 1023);
     u64 *full = (u64 *)(smem + TP_STAGES * SB), *empty = full + TP_STAGES;
@@ -228,10 +285,10 @@ __global__ void __launch_bounds__(TP_THREADS, 1)
         asm volatile("prefetch.tensormap [%0];" ::"l"((u64)&tm_hi) : "memory");
         asm volatile("prefetch.tensormap [%0];" ::"l"((u64)&tm_lo) : "memory");
         const int kb0 = 2 * c0, kb1 = 2 * (c0 + sc);
-        auto weights = [&](int kb, int s) { /* one m-tile's 4 k-tiles: 2 KB contiguous */
+        auto weights = [&](int kb, int s) { /* one m-tile's 4 k-tiles: MB bytes contiguous */
             for (int i = 0; i < TP_BM / 16; i++)
-                tp_bulk(smem + s * SB + 2 * HI + i * 2048,
-                        a.wfrag + ((size_t)min(mt0 + i, MT - 1) * KT + (size_t)kb * (TP_BK / 16)) * 512, 2048,
+                tp_bulk(smem + s * SB + 2 * HI + i * MB,
+                        a.wfrag + ((size_t)min(mt0 + i, MT - 1) * KT + (size_t)kb * (TP_BK / 16)) * TB, MB,
                         &full[s]); /* m-tiles past the matrix (MT % 8 != 0): a copy of its last, outputs unused */
         };
         int pre = 0; /* stages whose weights are requested before the previous kernel ends */
@@ -260,7 +317,7 @@ __global__ void __launch_bounds__(TP_THREADS, 1)
     /* consumers: warp q of warpgroup wg owns m-tile mt0 + 4 wg + q */
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;" ::: "memory");
     const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
-    const int aoff = 2 * HI + (wg * 4 + warp) * 2048 + lane * 16;
+    const int aoff = 2 * HI + (wg * 4 + warp) * MB + lane * 16; /* bf16 */
     float acc[NACC], p[NACC];
 #pragma unroll
     for (int i = 0; i < NACC; i++) acc[i] = 0.0f, p[i] = 0.0f;
@@ -278,50 +335,114 @@ __global__ void __launch_bounds__(TP_THREADS, 1)
                 if (t < a.T && row0 + 8 * (e >> 1) < a.Nr) dst[(size_t)t * a.Nr + row0 + 8 * (e >> 1)] = v[4 * jb + e];
             }
     };
-    for (int c = c0; c < c0 + sc; c++) {
-        uint32_t af[2][4][4];
-        int used[2];
+    if constexpr (TYPE != DD_BF16) {
+        const int gkt = a.w.group / 16, mt = min(mt0 + wg * 4 + warp, MT - 1); /* past the matrix: outputs unused */
+        float ga[NACC];
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            if (!__all_sync(0xFFFFFFFFu, tp_mbar_wait(&full[s], round & 1u, deadline))) {
-                if (lane == 0) atomicExch(&a.err[0], CU_ERR_TIMEOUT);
+        for (int i = 0; i < NACC; i++) ga[i] = 0.0f;
+        for (int c = c0; c < c0 + sc; c++) {
+#pragma unroll 1
+            for (int h = 0; h < 2; h++) {
+                if (!__all_sync(0xFFFFFFFFu, tp_mbar_wait(&full[s], round & 1u, deadline))) {
+                    if (lane == 0) atomicExch(&a.err[0], CU_ERR_TIMEOUT);
+                    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+                    return;
+                }
+                const unsigned char *st = smem + s * SB;
+                uint32_t af[4][4];
+#pragma unroll
+                for (int j = 0; j < 4; j++) { /* the q values as exact bf16 pairs (cu_make_a's QINT terms) */
+                    cu_raw_frag raw;
+                    cu_load_raw<TYPE, true>(raw, st + 2 * HI + (wg * 4 + warp) * MB + j * TB, lane);
+#pragma unroll
+                    for (int i = 0; i < 4; i++)
+                        af[j][i] = cu_pack2(cu_qval<TYPE>(raw, 2 * i), cu_qval<TYPE>(raw, 2 * i + 1));
+                    tp_fence_regs(af[j]);
+                }
+                const uint32_t hb = tp_smem(st), lb = tp_smem(st + HI);
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const int i = 4 * h + j; /* k-tile in the chunk */
+                    if (i % gkt == 0) {
+#pragma unroll
+                        for (int e = 0; e < NACC; e++) ga[e] = 0.0f;
+                        tp_fence_regs(ga);
+                    }
+                    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+                    tp_wgmma(ga, af[j], tp_desc_sw128(hb + 32 * j)); /* the contract's term order: hi, then lo */
+                    tp_wgmma(ga, af[j], tp_desc_sw128(lb + 32 * j));
+                    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                    if ((i + 1) % gkt == 0) {
+                        tp_qgroup q;
+                        float as[BN / 4];
+                        tp_qint_load<BN>(q, as, a, mt, (c * CU_CKT + i) / gkt, t0, g, cq);
+                        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+                        tp_fence_regs(ga);
+                        tp_qint_close<BN>(p, ga, q, as);
+                    }
+                }
+                /* a group of 128 spans two stages: this stage's wgmmas are done before its slot is released */
                 asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-                return;
+                tp_fence_regs(ga);
+                __syncwarp();
+                if (lane == 0) tp_mbar_arrive(&empty[s]);
+                if (++s == TP_STAGES) s = 0, round++;
             }
-            const unsigned char *st = smem + s * SB;
+            if (z == 0) {
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const uint4 v = *(const uint4 *)(st + aoff + j * 512);
-                af[h][j][0] = v.x, af[h][j][1] = v.y, af[h][j][2] = v.z, af[h][j][3] = v.w;
-                tp_fence_regs(af[h][j]);
+                for (int i = 0; i < NACC; i++) acc[i] = acc[i] + p[i]; /* chunk order: acc = acc + p_c */
+            } else {
+                store(a.out + (size_t)(c - sc + 1) * TN, p);
             }
-            const uint32_t hb = tp_smem(st), lb = tp_smem(st + HI);
-            if (h == 0) tp_fence_regs(p); /* p's zeroing stays above the fence */
-            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-            for (int j = 0; j < 4; j++) { /* the contract's term order per k-tile: hi, then lo */
-                tp_wgmma(p, af[h][j], tp_desc_sw128(hb + 32 * j));
-                tp_wgmma(p, af[h][j], tp_desc_sw128(lb + 32 * j));
-            }
-            asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-            used[h] = s;
-            if (++s == TP_STAGES) s = 0, round++;
+            for (int i = 0; i < NACC; i++) p[i] = 0.0f;
         }
-        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); /* half 0 done: its stage can be refilled */
-        __syncwarp();
-        if (lane == 0) tp_mbar_arrive(&empty[used[0]]);
-        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-        tp_fence_regs(p);
-        __syncwarp();
-        if (lane == 0) tp_mbar_arrive(&empty[used[1]]);
-        if (z == 0) {
+    } else {
+        for (int c = c0; c < c0 + sc; c++) {
+            uint32_t af[2][4][4];
+            int used[2];
 #pragma unroll
-            for (int i = 0; i < NACC; i++) acc[i] = acc[i] + p[i]; /* chunk order: acc = acc + p_c */
-        } else {
-            store(a.out + (size_t)(c - sc + 1) * TN, p); /* a later slab: the partial itself, added by tp_epi */
+            for (int h = 0; h < 2; h++) {
+                if (!__all_sync(0xFFFFFFFFu, tp_mbar_wait(&full[s], round & 1u, deadline))) {
+                    if (lane == 0) atomicExch(&a.err[0], CU_ERR_TIMEOUT);
+                    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+                    return;
+                }
+                const unsigned char *st = smem + s * SB;
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const uint4 v = *(const uint4 *)(st + aoff + j * 512);
+                    af[h][j][0] = v.x, af[h][j][1] = v.y, af[h][j][2] = v.z, af[h][j][3] = v.w;
+                    tp_fence_regs(af[h][j]);
+                }
+                const uint32_t hb = tp_smem(st), lb = tp_smem(st + HI);
+                if (h == 0) tp_fence_regs(p); /* p's zeroing stays above the fence */
+                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+                for (int j = 0; j < 4; j++) { /* the contract's term order per k-tile: hi, then lo */
+                    tp_wgmma(p, af[h][j], tp_desc_sw128(hb + 32 * j));
+                    tp_wgmma(p, af[h][j], tp_desc_sw128(lb + 32 * j));
+                }
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                used[h] = s;
+                if (++s == TP_STAGES) s = 0, round++;
+            }
+            asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); /* half 0 done: its stage can be refilled */
+            __syncwarp();
+            if (lane == 0) tp_mbar_arrive(&empty[used[0]]);
+            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+            tp_fence_regs(p);
+            __syncwarp();
+            if (lane == 0) tp_mbar_arrive(&empty[used[1]]);
+            if (z == 0) {
+#pragma unroll
+                for (int i = 0; i < NACC; i++) acc[i] = acc[i] + p[i]; /* chunk order: acc = acc + p_c */
+            } else {
+                store(a.out + (size_t)(c - sc + 1) * TN, p); /* a later slab: the partial itself, added by tp_epi */
+            }
+#pragma unroll
+            for (int i = 0; i < NACC; i++) p[i] = 0.0f; /* the next chunk's partial starts from +0 */
         }
-#pragma unroll
-        for (int i = 0; i < NACC; i++) p[i] = 0.0f; /* the next chunk's partial starts from +0 */
     }
     if (z == 0) store(a.out, acc);
 #endif
@@ -603,6 +724,8 @@ struct tp_exec {
     int sms;
     int tmax;           /* tokens of the largest linear (2 per stream: pass 1) */
     uint32_t *hi, *lo;  /* (tmax, kmax) bf16 each */
+    float *asum;        /* QINT linears: the activations' group sums, [kmax / 32][ta] */
+    int ta;             /* tmax rounded up to even */
     float *sums;        /* (tmax, nmax) */
     float *part;        /* TP_PART_BYTES */
     int kmax, nmax;
@@ -626,12 +749,18 @@ static int tp_attend3_ok(const cu_attend *A) {
            (((uintptr_t)A->kc | (uintptr_t)A->vc) & 15) == 0 && tp_attend3_smem(A) <= 48 * 1024;
 }
 
-/* 1 when linear L (T tokens) runs on the tile: bf16 weights, K % 128 == 0 (and <= 12288: tp_split's row in
- * shared memory) */
+/* 1 when linear L (T tokens) runs on the tile: bf16 weights, or q8 / q4 ones in QINT form with groups of 64;
+ * K % 128 == 0 (and <= 12160: tp_split's row of K floats and its static bytes within the 48 KB of shared memory a
+ * launch gets without opting in; K = 12288 would fail the launch) */
 static int tp_suits(const tp_exec *x, const cu_linear *L, int T) {
     const cu_mat *w = &L->w;
-    return w->wm == WM_BF16 && w->type == DD_BF16 && w->tile_bytes == 512 && w->K == w->KT * 16 && w->K % 128 == 0 &&
-           w->K <= 12288 && w->K <= x->kmax && w->MT * 16 <= x->nmax && T <= x->tmax;
+    const int bf = w->wm == WM_BF16 && w->type == DD_BF16 && w->tile_bytes == 512;
+    const int qi = w->wm == WM_QINT &&
+                   ((w->type == DD_Q8 && w->tile_bytes == 256) || (w->type == DD_Q4 && w->tile_bytes == 128)) &&
+                   w->group == 64 && w->NG * w->group == w->K; /* the tile closes groups of 32 or 128 too; the
+                                                                 * tests' models have 64 (MLX's default) */
+    return (bf || qi) && w->K == w->KT * 16 && w->K % 128 == 0 && w->K <= 12160 && w->K <= x->kmax &&
+           w->MT * 16 <= x->nmax && T <= x->tmax;
 }
 
 static dd_status tp_map(const tp_exec *x, CUtensorMap *m, const uint32_t *base, int T, int K, int bn, dd_error *err) {
@@ -647,11 +776,11 @@ static dd_status tp_map(const tp_exec *x, CUtensorMap *m, const uint32_t *base, 
 
 /* The tile and split of a linear: the fewest estimated cycles of the busiest SM (waves x BN x K / S / 4: a CTA's
  * two-term MMAs at 1024 FMA a cycle) plus the split's partials (written and read, ~16 bytes a cycle an SM) */
-static void tp_shape(const tp_exec *x, int Nr, int K, int T, int *bn_out, int *s_out) {
+static void tp_shape(const tp_exec *x, int Nr, int K, int T, int bn_max, int *bn_out, int *s_out) {
     const int NC = K / (16 * CU_CKT);
     double best = 1e30;
-    *bn_out = 128, *s_out = 1;
-    for (int bn = 64; bn <= 128; bn *= 2)
+    *bn_out = bn_max, *s_out = 1;
+    for (int bn = 64; bn <= bn_max; bn *= 2)
         for (int S = 1; S <= NC && S <= 16; S *= 2) {
             if (NC % S) continue;
             const size_t np = (size_t)NC - NC / S + 1, pb = np * T * Nr * 4;
@@ -680,20 +809,23 @@ static cudaError_t tp_launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem
 static dd_status tp_run_linear(tp_exec *x, const cu_linear *L, int T, int split_done, int split_next,
                                cudaStream_t stream, dd_error *err) {
     const int K = L->w.K, Nr = L->w.MT * 16, NC = K / (16 * CU_CKT);
+    const int qi = L->w.wm == WM_QINT; /* QINT: 64 tokens a tile (with 128 its three accumulator sets spill) */
     int bn, S;
-    tp_shape(x, Nr, K, T, &bn, &S);
+    tp_shape(x, Nr, K, T, qi ? 64 : 128, &bn, &S);
     CUtensorMap mh, ml;
     dd_status s;
     if ((s = tp_map(x, &mh, x->hi, T, K, bn, err)) || (s = tp_map(x, &ml, x->lo, T, K, bn, err))) return s;
-    if (!split_done)
-        CU_TRY(tp_launch(tp_split, dim3(T), dim3(256), (size_t)K * 4, stream, *L, T, x->hi, x->lo), err,
-               "throughput executor launch");
+    if (!split_done || qi) /* QINT: the split's group sums too (a QINT linear is never handed a split) */
+        CU_TRY(tp_launch(tp_split, dim3(T), dim3(256), (size_t)K * 4, stream, *L, T, x->hi, x->lo,
+                         qi ? x->asum : (float *)NULL, x->ta),
+               err, "throughput executor launch");
     float *out = S == 1 ? x->sums : x->part;
-    tp_args a = {out, L->w.frag, Nr, K, T, S, x->st->sc.err, x->st->sc.timeout_ns};
+    tp_args a = {out, L->w.frag, Nr, K, T, S, L->w, x->asum, x->ta, x->st->sc.err, x->st->sc.timeout_ns};
     const int tiles = ((Nr + TP_BM - 1) / TP_BM) * ((T + bn - 1) / bn) * S;
-    CU_TRY(bn == 128 ? tp_launch(tp_linear<128>, dim3(tiles), dim3(TP_THREADS), TP_SMEM, stream, mh, ml, a)
-                     : tp_launch(tp_linear<64>, dim3(tiles), dim3(TP_THREADS), TP_SMEM, stream, mh, ml, a),
-           err, "throughput executor launch");
+    void (*k)(CUtensorMap, CUtensorMap, tp_args) = !qi ? (bn == 128 ? tp_linear<128, DD_BF16> : tp_linear<64, DD_BF16>)
+                                                   : L->w.type == DD_Q8 ? tp_linear<64, DD_Q8>
+                                                                        : tp_linear<64, DD_Q4>;
+    CU_TRY(tp_launch(k, dim3(tiles), dim3(TP_THREADS), TP_SMEM, stream, mh, ml, a), err, "throughput executor launch");
     const int np = S == 1 ? 1 : NC - NC / S + 1;
     uint16_t *hn = split_next ? (uint16_t *)x->hi : NULL, *ln = split_next ? (uint16_t *)x->lo : NULL;
     CU_TRY(tp_launch(tp_epi, dim3((L->w.N + 255) / 256, T), dim3(256), 0, stream, *L, T, (const float *)out, np, Nr,
@@ -705,7 +837,8 @@ static dd_status tp_run_linear(tp_exec *x, const cu_linear *L, int T, int split_
 /* 1 when linear b reads exactly the rows linear a writes, without a norm (fc2 after fc1): a's epilogue can write
  * b's split */
 static int tp_chains(const cu_linear *a, const cu_linear *b) {
-    return b->norm == DD_NORM_NONE && b->x == a->y && b->ldx == a->ldy && b->w.K == a->w.N && b->tmul == a->tmul;
+    return b->norm == DD_NORM_NONE && b->w.wm != WM_QINT && b->x == a->y && b->ldx == a->ldy && b->w.K == a->w.N &&
+           b->tmul == a->tmul; /* a QINT linear's split also holds its group sums: tp_split writes it */
 }
 
 dd_status tp_create(tp_exec **out, cu_state *st, int max_tokens, dd_error *err) {
@@ -734,10 +867,11 @@ dd_status tp_create(tp_exec **out, cu_state *st, int max_tokens, dd_error *err) 
         return DD_OK; /* no sm_90a code in this build for this device */
     }
     if (!ok) return DD_OK;
-    CU_TRY(cudaFuncSetAttribute(tp_linear<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, TP_SMEM), err,
-           "throughput executor shared memory");
-    CU_TRY(cudaFuncSetAttribute(tp_linear<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, TP_SMEM), err,
-           "throughput executor shared memory");
+    void (*const lin[])(CUtensorMap, CUtensorMap, tp_args) = {tp_linear<128, DD_BF16>, tp_linear<64, DD_BF16>,
+                                                              tp_linear<64, DD_Q8>, tp_linear<64, DD_Q4>};
+    for (auto f : lin)
+        CU_TRY(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, TP_SMEM), err,
+               "throughput executor shared memory");
     CU_TRY(cudaFuncSetAttribute(tp_sample, cudaFuncAttributeMaxDynamicSharedMemorySize, CU_ACT_BYTES), err,
            "throughput executor shared memory");
     /* the widest K and rows of the linears that suit the tile */
@@ -758,6 +892,8 @@ dd_status tp_create(tp_exec **out, cu_state *st, int max_tokens, dd_error *err) 
     CU_TRY(cudaMalloc(&x->lo, hb), err, "throughput executor buffers");
     CU_TRY(cudaMalloc(&x->sums, (size_t)max_tokens * nmax * 4), err, "throughput executor buffers");
     CU_TRY(cudaMalloc(&x->part, TP_PART_BYTES), err, "throughput executor buffers");
+    x->ta = (max_tokens + 1) & ~1;
+    CU_TRY(cudaMalloc(&x->asum, (size_t)(kmax / 32 + 1) * x->ta * 4), err, "throughput executor buffers");
     return DD_OK;
 }
 
@@ -766,7 +902,7 @@ void tp_free(tp_exec *x) {
     for (int i = 0; i < TP_GRAPHS; i++)
         if (x->g[i].exec) cudaGraphExecDestroy(x->g[i].exec);
     if (x->cap) cudaStreamDestroy(x->cap);
-    cudaFree(x->hi), cudaFree(x->lo), cudaFree(x->sums), cudaFree(x->part);
+    cudaFree(x->hi), cudaFree(x->lo), cudaFree(x->sums), cudaFree(x->part), cudaFree(x->asum);
     free(x);
 }
 
@@ -801,7 +937,8 @@ static dd_status tp_enqueue(tp_exec *x, int v, int n, float temp, int topk, cuda
             const cu_op *nx = i + 1 < nops ? &ops[i + 1] : NULL;
             const int HW = o->att.H * o->att.HD;
             const int chain = nx && nx->type == CU_OP_LINEAR && tp_suits(x, &nx->lin, cu_lin_T(&nx->lin, n)) &&
-                              nx->lin.norm == DD_NORM_NONE && nx->lin.x == o->att.out && nx->lin.ldx == HW &&
+                              nx->lin.norm == DD_NORM_NONE && nx->lin.w.wm != WM_QINT && nx->lin.x == o->att.out &&
+                              nx->lin.ldx == HW &&
                               nx->lin.w.K == HW && cu_lin_T(&nx->lin, n) == n * o->att.P;
             uint16_t *hn = chain ? (uint16_t *)x->hi : NULL, *ln = chain ? (uint16_t *)x->lo : NULL;
             CU_TRY(tp_launch(tp_attend3, dim3(n * o->att.KVH), dim3(32), tp_attend3_smem(&o->att), stream, o->att, n,

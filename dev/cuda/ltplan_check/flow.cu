@@ -112,9 +112,9 @@ static const char *kind_name(int k) { return k == LT_LIN ? "linear" : k == LT_AT
 /* What one step does, as the kernel's code for its kind does it: phases separated by the compute warps' barrier
  * (lt_bar::sync), each a set of tasks that run in any order (different threads between two barriers), each task
  * polling the words it reads and then writing its words. A linear step is one task (every read before the
- * epilogue's writes, barriers between); an attention item one; a sampler stream one (its noise poll a phase before),
- * or with --mutate nobarrier one task per thread when the code is given (the kernel before the fix: each thread
- * published its words of the next row right after its own share of the logits poll). */
+ * epilogue's writes, barriers between); a group of op.grp attention items one; a sampler stream one (its noise poll
+ * a phase before), or with --mutate nobarrier one task per thread when the code is given (the kernel before the fix:
+ * each thread published its words of the next row right after its own share of the logits poll). */
 struct task {
     std::vector<acc> rd, wr;
     std::vector<kvkey> kvr, kvw;
@@ -231,9 +231,12 @@ struct sim {
                     run(k.wr, op.out, (size_t)(t * op.out_mul + op.out_off) * op.ldo + st.u0 * 16, ncol, E, what);
         } else if (op.kind == LT_ATT) {
             const int HD = op.HD, H = op.H, KVH = op.KVH, Gq = H / KVH, p0 = Pp == 2 ? 0 : l;
-            for (int it = st.u0; it < st.u1; it++) { /* items one after the other (barriers between) */
-                ph.emplace_back();
-                ph.back().t.emplace_back();
+            if (op.grp < 1) P->add(fmt("%s: attention group %d", what, op.grp));
+            for (int it = st.u0; it < st.u1; it++) { /* groups of op.grp items one after the other (barriers between) */
+                if ((it - st.u0) % std::max(1, op.grp) == 0) {
+                    ph.emplace_back();
+                    ph.back().t.emplace_back();
+                }
                 task &k = ph.back().t.back();
                 const int s = it / KVH, kg = it % KVH;
                 for (int j = 0; j < p0; j++) k.kvr.push_back({(uintptr_t)op.kc, s, kg, j});
