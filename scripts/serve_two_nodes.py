@@ -44,7 +44,9 @@ def main():
     try:
         env = dict(os.environ, RAY_ADDRESS=cluster.address)
         server = subprocess.Popen([sys.executable, "-m", "depthdec.serve", a.model, "--address", cluster.address,
-                                   "--replicas", "2", "--port", str(a.port)], env=env)
+                                   "--replicas", "2", "--port", str(a.port),
+                                   # both nodes are on this host: a proxy on each would bind the same port
+                                   "--proxy-location", "HeadOnly"], env=env)
         info, t0 = None, time.time()
         while time.time() - t0 < 180:
             if server.poll() is not None:

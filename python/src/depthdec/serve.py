@@ -228,6 +228,10 @@ def main(argv=None):
     ap.add_argument("--address", default=None, help="a Ray cluster's address (default: a local Ray)")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--proxy-location", default="EveryNode", choices=["EveryNode", "HeadOnly"],
+                    help="where Serve runs its HTTP proxies: EveryNode (default: each node with a replica) or HeadOnly "
+                         "(one proxy; needed when several Ray nodes share one host, as their proxies would bind the "
+                         "same host:port)")
     a = ap.parse_args(argv)
     load_model(a.model)  # a bad model fails here, with the library's message, before Ray starts
     import ray
@@ -237,7 +241,7 @@ def main(argv=None):
     gpus = int(ray.cluster_resources().get("GPU", 0))
     use_gpu = gpus > 0 and a.backend in ("auto", "cuda")
     replicas = a.replicas or (gpus if use_gpu else 1)
-    serve.start(http_options={"host": a.host, "port": a.port})
+    serve.start(proxy_location=a.proxy_location, http_options={"host": a.host, "port": a.port})
     serve.run(build_app(a.model, a.backend, a.max_batch, a.batch_wait_ms, replicas, 1 if use_gpu else None,
                         a.max_streams),
               name="depthdec", route_prefix="/")
