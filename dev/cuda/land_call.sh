@@ -8,11 +8,18 @@
 #               over the batch curve, the PyTorch graph loop of scripts/bench_torch.py and bench --capacity
 #   PART=prof:  where tp_attend3's and tp_linear's time goes at GPT bf16 B256 (ncu sections of four launches each,
 #               one exec_ab frame: throughput, occupancy, warp states, memory; the whole reports in work.tgz)
+#   PART=icache: dev/cuda/derisk/icache.cu (instruction-cache sizes and the cost of cold code, ~20 s with its build);
+#               put it first: PART="icache check speed"
 # Writes $OUT/summary.txt, $OUT/work.tgz (logs); speed also $OUT/bench.jsonl, $OUT/torch_gpt.json,
 # $OUT/torch_csm.json, $OUT/timeline.md.     OUT=$OUT PART=check bash dev/cuda/land_call.sh
 CALL=land source "$(dirname "$0")/call_env.sh"
 unset DD_TEST_QUICK
 PART=${PART:-check}
+if [[ $PART == *icache* ]] && fits 40 "icache"; then
+    OUT=$R/derisk BUILD=$R/derisk/build BUDGET_S=40 bash dev/cuda/derisk/run.sh icache >"$R/icache_run.log" 2>&1
+    log "icache rc $? ($(el))"
+    grep -E "^(SUMMARY|FAIL)|warps  4 blocks +[0-9]{3}" "$R/derisk/derisk.txt" | tee -a "$S"
+fi
 if [[ $PART == *check* ]]; then
     fits 60 "test_cuda all" && cuda_test all_quick $B/test_cuda "" 150 DD_TEST_QUICK=1 DD_TEST_ONLY=
     for t in test_executors test_tput ${CHECK_MORE-}; do fits 60 "$t" && cuda_test ${t}_full $B/test_cuda $t 150; done
