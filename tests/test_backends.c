@@ -13,6 +13,9 @@
  *              row promises exact_logits (cpu) the logits are bit-identical too;
  *   errors     a level with no finite logit fails with ref's error, and nothing is written;
  *   identity   a model without in_proj (in() = identity) agrees with ref;
+ *   near ties  where a test has too few (stream, level) pairs for the 99.9% bar to allow one difference (identity,
+ *              big), a stream's first difference counts as agreeing only if ref's own logits make it a near tie
+ *              (near_tie; test_near_tie_rule checks that it excuses such ties and nothing else);
  *   moshi      tiny-moshi (per-position weights, text token, level 0 from position 0) in every weight type: logits,
  *              codes, invariance as above; its input checks (text required and in range, codes up to the pad id)
  *   big        a frame of the GPT-dims, CSM-dims and Moshi-dims synthetic models against ref (DD_TEST_QUICK=1 skips it:
@@ -34,6 +37,7 @@
 #include "depthdec.h"
 #include "harness.h"
 #include "model/model.h"
+#include "sample.h"
 
 static float normalish(void) { /* random inputs: the harness's generator (harness.h) */
     return (float)((rnd_unif() + rnd_unif() + rnd_unif() + rnd_unif() - 2.0) * 1.7);
@@ -118,6 +122,97 @@ static long agree_to_first_diff(const int32_t *x, const int32_t *r, int n, int Q
             same++;
         }
     return same;
+}
+
+/* 1 when a variant's first different code at level lv (ref drew a, the variant b) is a near tie under ref's own
+ * logits z (V values at that level, teacher-forced on ref's codes): SPEC §3 scores of a and b so close that logits
+ * off by TH_LOGIT_REL * max |z| on each side (the bar every variant's logits are held to) can swap them; with top-k,
+ * b also within that distance of the K-th largest logit. Tests with too few (stream, level) pairs for the 99.9 % bar
+ * to allow one difference (a single frame, 16 streams) count such a difference as agreement and say so; a wrong
+ * decoder gives differences far outside this window (seen in CI on 2026-12-05 with 7680 pairs: one near tie). */
+static int near_tie(const float *z, int V, int a, int b, const dd_sampling *s, uint64_t seed, uint64_t frame, int lv) {
+    if (a < 0 || a >= V || b < 0 || b >= V || !isfinite(z[a]) || !isfinite(z[b])) return 0;
+    double mx = 0;
+    for (int i = 0; i < V; i++)
+        if (isfinite(z[i]) && fabs(z[i]) > mx) mx = fabs(z[i]);
+    const double tol = 2.0 * TH_LOGIT_REL * mx;
+    if (s->temperature == 0.0f) return fabs((double)z[a] - z[b]) <= tol;
+    if (s->top_k > 0 && s->top_k < V && z[b] < dd_topk_threshold(z, V, s->top_k) - tol) return 0;
+    const double invT = 1.0 / s->temperature;
+    const double sa = z[a] * invT + dd_gumbel(seed, frame, lv, (uint32_t)a);
+    const double sb = z[b] * invT + dd_gumbel(seed, frame, lv, (uint32_t)b);
+    return fabs(sa - sb) <= tol * invT + 1e-6 * (1.0 + fabs(sa)); /* + the scores' own float rounding */
+}
+
+/* Codes x of n streams x Q levels against ref's r, up to each stream's first difference (agree_to_first_diff), a
+ * first difference that is a near tie under ref's logits counted as agreeing: lr [n][Q-1][V] ref's teacher-forced
+ * logits on its own codes r (levels 1 .. Q-1), l0 [n][V] level 0's (NULL when c0 was given: level 0 never differs).
+ * Adds the pairs compared to *pairs and the near ties to *ties; returns how many pairs agree. */
+static long agree_or_tie(const int32_t *x, const int32_t *r, int n, int Q, int V, const float *lr, const float *l0,
+                         const dd_sampling *s, const uint64_t *seeds, const uint64_t *frames, long *pairs, int *ties) {
+    long same = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < Q; j++) {
+            ++*pairs;
+            const int32_t a = r[(size_t)i * Q + j], b = x[(size_t)i * Q + j];
+            if (a == b) {
+                same++;
+                continue;
+            }
+            const float *z = j ? lr + ((size_t)i * (Q - 1) + (j - 1)) * V : l0 ? l0 + (size_t)i * V : NULL;
+            if (z && near_tie(z, V, a, b, s, seeds ? seeds[i] : 0, frames ? frames[i] : 0, j)) {
+                printf("  stream %d level %d: %d (ref) / %d, a near tie under ref's logits: counted as agreeing\n", i,
+                       j, a, b);
+                same++, ++*ties;
+            }
+            break;
+        }
+    return same;
+}
+
+/* near_tie excuses only what it should: on random logits, the SPEC §3 winner against a runner-up moved to within a
+ * hair of it (a near tie), and not against the other candidates, a code outside the top-k, or itself moved far. */
+static void test_near_tie_rule(void **state) {
+    (void)state;
+    const int V = 256;
+    const dd_sampling s = dd_sampling_default();
+    int excused = 0, refused = 0;
+    for (int trial = 0; trial < 50; trial++) {
+        float z[256];
+        for (int i = 0; i < V; i++) z[i] = rnd_sym(8.0f);
+        const uint64_t seed = rnd64(), frame = rnd64() % 1000;
+        const int lv = 1 + rnd_below(30);
+        const int a = dd_sample_core(z, V, s.temperature, s.top_k, seed, frame, lv);
+        assert_true(a >= 0);
+        const double invT = 1.0 / s.temperature, sa = z[a] * invT + dd_gumbel(seed, frame, lv, (uint32_t)a);
+        const float kth = dd_topk_threshold(z, V, s.top_k);
+        for (int b = 0; b < V; b++) {
+            if (b == a) continue;
+            const int in_topk = z[b] >= kth;
+            if (in_topk) { /* the rest of the kept candidates: a gap of ~1 in score, never a near tie */
+                const double sb = z[b] * invT + dd_gumbel(seed, frame, lv, (uint32_t)b);
+                if (sa - sb > 1e-2) {
+                    assert_false(near_tie(z, V, a, b, &s, seed, frame, lv));
+                    refused++;
+                }
+            } else if (z[b] < kth - 0.1f) {
+                assert_false(near_tie(z, V, a, b, &s, seed, frame, lv));
+                refused++;
+            }
+        }
+        /* b moved to a's score less a hair (within TH_LOGIT_REL of the logits' scale): a near tie */
+        const int b = (a + 1 + rnd_below(V - 1)) % V;
+        const float g_b = dd_gumbel(seed, frame, lv, (uint32_t)b);
+        z[b] = (float)((sa - g_b - 1e-6) * s.temperature);
+        if (z[b] >= kth) { /* (else the move left it below the top-k: not the case to test) */
+            assert_true(near_tie(z, V, a, b, &s, seed, frame, lv));
+            excused++;
+            z[b] -= 0.05f; /* the same code far below a: no longer a tie */
+            assert_false(near_tie(z, V, a, b, &s, seed, frame, lv));
+        }
+    }
+    printf("  near ties excused %d, differences refused %d\n", excused, refused);
+    assert_true(excused >= 25 && refused > 1000);
 }
 
 /* ---- score ----------------------------------------------------------------------------------------------- */
@@ -390,19 +485,27 @@ static void test_identity_in_proj(void **state) {
     dd_decoder *ref = th_decoder(m, DD_BACKEND_REF, -1, n, 1);
     decode_ok(ref, n, h, c0, NULL, NULL, &s, cr);
     score_ok(ref, n, h, tf, lr, NULL);
+    float *lpath = NULL; /* ref's logits on its own codes: only to judge a difference */
     for (int v = 0; v < g_nvar; v++) {
         dd_decoder *d = th_decoder(m, VAR(v), n, 0);
         decode_ok(d, n, h, c0, NULL, NULL, &s, cx);
         score_ok(d, n, h, tf, lx, NULL);
-        int same = 0;
-        for (int i = 0; i < n * Q; i++) same += cx[i] == cr[i];
+        if (!lpath && memcmp(cx, cr, (size_t)n * Q * sizeof *cr)) {
+            assert_non_null(lpath = malloc(nl * 4));
+            score_ok(ref, n, h, cr, lpath, NULL);
+        }
+        long pairs = 0;
+        int ties = 0;
+        const long same = agree_or_tie(cx, cr, n, Q, c->codebook_size, lpath, NULL, &s, NULL, NULL, &pairs, &ties);
         double e1 = rel_err(lx, lr, nl);
-        printf("  tiny-gpt without in_proj %-10s codes identical %d / %d, max rel logit err %.2e\n", g_var[v].name,
-               same, n * Q, e1);
-        assert_true((double)same >= TH_CODES_SAME * n * Q);
+        printf("  tiny-gpt without in_proj %-10s codes identical %ld / %ld (to each stream's first difference; %d near "
+               "ties), max rel logit err %.2e\n",
+               g_var[v].name, same, pairs, ties, e1);
+        assert_true((double)same >= TH_CODES_SAME * pairs);
         assert_true(e1 <= TH_LOGIT_REL);
         dd_decoder_free(d);
     }
+    free(lpath);
     dd_decoder_free(ref);
     free(h);
     free(lr);
@@ -438,37 +541,44 @@ static void test_big_models(void **state) {
         const int32_t *c0g = c->per_position ? NULL : c0; /* Moshi: c0 sampled too, from position 0 */
         dd_decoder *ref = th_decoder(m, DD_BACKEND_REF, -1, 1, 1);
         decode_text_ok(ref, 1, h, tx, c0g, &seed, &frame, &s, cr);
-        float *lr = NULL, *lx = NULL;
+        float *lr = NULL, *lx = NULL, *l0 = NULL; /* lr: ref's logits on its own codes (l0: Moshi's level 0) */
         if (ms[mi].score) {
             lr = malloc(nl * 4);
             lx = malloc(nl * 4);
             score_text_ok(ref, 1, h, tx, cr, lr, NULL);
         }
-        dd_decoder_free(ref);
         for (int v = 0; v < g_nvar; v++) {
             /* the fastest variant of each backend is what users run; the others are covered on tiny models */
             if (v + 1 < g_nvar && g_var[v + 1].row == g_var[v].row) continue; /* the last is the fastest */
             dd_decoder *d = th_decoder(m, VAR(v), 1, 0);
             decode_text_ok(d, 1, h, tx, c0g, &seed, &frame, &s, cx);
-            int same = 0;
-            for (int i = 0; i < Q; i++) same += cx[i] == cr[i];
+            if (memcmp(cx, cr, (size_t)Q * sizeof *cr) && (!lr || (!c0g && !l0))) { /* to judge the difference */
+                if (!lr) assert_non_null(lr = malloc(nl * 4));
+                if (!c0g) assert_non_null(l0 = malloc((size_t)c->codebook_size * 4));
+                score_text_ok(ref, 1, h, tx, cr, lr, l0);
+            }
+            long pairs = 0;
+            int ties = 0;
+            const long same = agree_or_tie(cx, cr, 1, Q, c->codebook_size, lr, l0, &s, &seed, &frame, &pairs, &ties);
             double e1 = -1;
             if (ms[mi].score) {
                 score_text_ok(d, 1, h, tx, cr, lx, NULL);
                 e1 = rel_err(lx, lr, nl);
             }
-            printf("  %-5s %-5s %-10s codes identical to ref %d / %d%s", ms[mi].kind, dd_dtype_name(ms[mi].t),
-                   g_var[v].name, same, Q, ms[mi].score ? "" : "\n");
+            printf("  %-5s %-5s %-10s codes identical to ref %ld / %ld (%d near ties)%s", ms[mi].kind,
+                   dd_dtype_name(ms[mi].t), g_var[v].name, same, pairs, ties, ms[mi].score ? "" : "\n");
             if (ms[mi].score) printf(", max rel logit err %.2e\n", e1);
-            /* one frame: a near-tie flip is possible in principle, but the frame must agree in full here */
-            assert_int_equal(same, Q);
+            /* one frame: it agrees in full, up to a near tie under ref's logits (then the rest is not comparable) */
+            assert_true(same == pairs);
             if (ms[mi].score) assert_true(e1 <= TH_LOGIT_REL);
             dd_decoder_free(d);
         }
+        dd_decoder_free(ref);
         free(h);
         free(c0);
         free(lr);
         free(lx);
+        free(l0);
         dd_model_free(m);
     }
 }
@@ -746,6 +856,7 @@ int main(void) {
         cmocka_unit_test_setup(test_batch_invariance, th_reseed),
         cmocka_unit_test_setup(test_nonfinite_level, th_reseed),
         cmocka_unit_test_setup(test_identity_in_proj, th_reseed),
+        cmocka_unit_test_setup(test_near_tie_rule, th_reseed),
         cmocka_unit_test_setup(test_big_models, th_reseed),
         cmocka_unit_test_setup(test_qwen3_vs_ref, th_reseed),
         cmocka_unit_test_setup(test_moshi_vs_ref, th_reseed),
