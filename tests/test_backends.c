@@ -108,22 +108,6 @@ static double rel_err(const float *a, const float *b, size_t n) {
     return mx > 0 ? err / mx : err;
 }
 
-/* Sampled codes of n streams x Q levels against ref's, up to each stream's first difference: a stream's later levels
- * are drawn after another code, so they are not comparable, and one near-tie would otherwise count as up to Q - 1
- * mismatches (seen in CI, 2026-12-05: tiny-qwen3 f16 cpu-generic and cpu-avx2, which compute the same numbers, 507 /
- * 512 each from one near-tie, failing the 99.9 % bar over that test's 7680 pairs). Adds the pairs compared to
- * *pairs and returns how many of them agree; a stream that differs from level 0 on counts one pair. */
-static long agree_to_first_diff(const int32_t *x, const int32_t *r, int n, int Q, long *pairs) {
-    long same = 0;
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < Q; j++) {
-            ++*pairs;
-            if (x[(size_t)i * Q + j] != r[(size_t)i * Q + j]) break;
-            same++;
-        }
-    return same;
-}
-
 /* 1 when a variant's first different code at level lv (ref drew a, the variant b) is a near tie under ref's own
  * logits z (V values at that level, teacher-forced on ref's codes): SPEC §3 scores of a and b so close that logits
  * off by TH_LOGIT_REL * max |z| on each side (the bar every variant's logits are held to) can swap them; with top-k,
@@ -144,7 +128,7 @@ static int near_tie(const float *z, int V, int a, int b, const dd_sampling *s, u
     return fabs(sa - sb) <= tol * invT + 1e-6 * (1.0 + fabs(sa)); /* + the scores' own float rounding */
 }
 
-/* Codes x of n streams x Q levels against ref's r, up to each stream's first difference (agree_to_first_diff), a
+/* Codes x of n streams x Q levels against ref's r, up to each stream's first difference (agree_to_first_diff below), a
  * first difference that is a near tie under ref's logits counted as agreeing: lr [n][Q-1][V] ref's teacher-forced
  * logits on its own codes r (levels 1 .. Q-1), l0 [n][V] level 0's (NULL when c0 was given: level 0 never differs).
  * Adds the pairs compared to *pairs and the near ties to *ties; returns how many pairs agree. */
@@ -159,7 +143,8 @@ static long agree_or_tie(const int32_t *x, const int32_t *r, int n, int Q, int V
                 same++;
                 continue;
             }
-            const float *z = j ? lr + ((size_t)i * (Q - 1) + (j - 1)) * V : l0 ? l0 + (size_t)i * V : NULL;
+            const float *z = j ? (lr ? lr + ((size_t)i * (Q - 1) + (j - 1)) * V : NULL)
+                               : (l0 ? l0 + (size_t)i * V : NULL);
             if (z && near_tie(z, V, a, b, s, seeds ? seeds[i] : 0, frames ? frames[i] : 0, j)) {
                 printf("  stream %d level %d: %d (ref) / %d, a near tie under ref's logits: counted as agreeing\n", i,
                        j, a, b);
@@ -168,6 +153,16 @@ static long agree_or_tie(const int32_t *x, const int32_t *r, int n, int Q, int V
             break;
         }
     return same;
+}
+
+/* Sampled codes of n streams x Q levels against ref's, up to each stream's first difference: a stream's later levels
+ * are drawn after another code, so they are not comparable, and one near-tie would otherwise count as up to Q - 1
+ * mismatches (seen in CI, 2026-12-05: tiny-qwen3 f16 cpu-generic and cpu-avx2, which compute the same numbers, 507 /
+ * 512 each from one near-tie, failing the 99.9 % bar over that test's 7680 pairs). Adds the pairs compared to
+ * *pairs and returns how many of them agree; a stream that differs from level 0 on counts one pair. */
+static long agree_to_first_diff(const int32_t *x, const int32_t *r, int n, int Q, long *pairs) {
+    int ties = 0; /* no logits given: no difference is judged a near tie */
+    return agree_or_tie(x, r, n, Q, 0, NULL, NULL, NULL, NULL, NULL, pairs, &ties);
 }
 
 /* near_tie excuses only what it should: on random logits, the SPEC §3 winner against a runner-up moved to within a
