@@ -1686,8 +1686,6 @@ int lt_translate(lt_exec *x, const dd_plan *fp, std::vector<lt_op> &ops, std::ve
 
 } // namespace
 
-/* Build the plan of (variant, n) from the op list of the frame plan fp (of kind variant), with attention and
- * samplers on SMs of their own (role) or not; x->plan[variant][n].ok says whether it fits the executor's limits. */
 /* Attention items (stream, kv head) one step runs at once (lt_attend): as many as fit the act area (an item's
  * scratch at most (Q - 1) (2 HD + 2) + 2 G HD + 4 (HD + 1) floats, G q heads a kv head; position 1's pass has two
  * new rows and no cache) and the poll's run table (2 (G + 2) runs an item), and no more q rows (2 G an item) than
@@ -1700,6 +1698,8 @@ static int lt_att_grp(const dd_config *c) {
     return grp;
 }
 
+/* Build the plan of (variant, n) from the op list of the frame plan fp (of kind variant), with attention and
+ * samplers on SMs of their own (role) or not; x->plan[variant][n].ok says whether it fits the executor's limits. */
 static dd_status build_plan_role(lt_exec *x, const dd_plan *fp, int variant, int n, int role, dd_error *err) {
     cu_state *st = x->st;
     const dd_config *c = &x->m->cfg;

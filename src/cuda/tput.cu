@@ -335,6 +335,25 @@ __global__ void __launch_bounds__(TP_THREADS, 1)
                 if (t < a.T && row0 + 8 * (e >> 1) < a.Nr) dst[(size_t)t * a.Nr + row0 + 8 * (e >> 1)] = v[4 * jb + e];
             }
     };
+    /* stage s has its copies; else the pipeline timed out: flagged, the issued wgmmas drained, false */
+    auto stage_ready = [&]() {
+        if (__all_sync(0xFFFFFFFFu, tp_mbar_wait(&full[s], round & 1u, deadline))) return true;
+        if (lane == 0) atomicExch(&a.err[0], CU_ERR_TIMEOUT);
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        return false;
+    };
+    /* chunk c's partial p: onto the running sum in chunk order (slab 0), or stored for tp_epi to add (a later
+     * slab); then p from +0 for the next chunk */
+    auto chunk_done = [&](int c) {
+        if (z == 0) {
+#pragma unroll
+            for (int i = 0; i < NACC; i++) acc[i] = acc[i] + p[i];
+        } else {
+            store(a.out + (size_t)(c - sc + 1) * TN, p);
+        }
+#pragma unroll
+        for (int i = 0; i < NACC; i++) p[i] = 0.0f;
+    };
     if constexpr (TYPE != DD_BF16) {
         const int gkt = a.w.group / 16, mt = min(mt0 + wg * 4 + warp, MT - 1); /* past the matrix: outputs unused */
         float ga[NACC];
@@ -343,11 +362,7 @@ __global__ void __launch_bounds__(TP_THREADS, 1)
         for (int c = c0; c < c0 + sc; c++) {
 #pragma unroll 1
             for (int h = 0; h < 2; h++) {
-                if (!__all_sync(0xFFFFFFFFu, tp_mbar_wait(&full[s], round & 1u, deadline))) {
-                    if (lane == 0) atomicExch(&a.err[0], CU_ERR_TIMEOUT);
-                    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-                    return;
-                }
+                if (!stage_ready()) return;
                 const unsigned char *st = smem + s * SB;
                 uint32_t af[4][4];
 #pragma unroll
@@ -388,14 +403,7 @@ __global__ void __launch_bounds__(TP_THREADS, 1)
                 if (lane == 0) tp_mbar_arrive(&empty[s]);
                 if (++s == TP_STAGES) s = 0, round++;
             }
-            if (z == 0) {
-#pragma unroll
-                for (int i = 0; i < NACC; i++) acc[i] = acc[i] + p[i]; /* chunk order: acc = acc + p_c */
-            } else {
-                store(a.out + (size_t)(c - sc + 1) * TN, p);
-            }
-#pragma unroll
-            for (int i = 0; i < NACC; i++) p[i] = 0.0f;
+            chunk_done(c);
         }
     } else {
         for (int c = c0; c < c0 + sc; c++) {
@@ -403,11 +411,7 @@ __global__ void __launch_bounds__(TP_THREADS, 1)
             int used[2];
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                if (!__all_sync(0xFFFFFFFFu, tp_mbar_wait(&full[s], round & 1u, deadline))) {
-                    if (lane == 0) atomicExch(&a.err[0], CU_ERR_TIMEOUT);
-                    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-                    return;
-                }
+                if (!stage_ready()) return;
                 const unsigned char *st = smem + s * SB;
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
@@ -434,14 +438,7 @@ __global__ void __launch_bounds__(TP_THREADS, 1)
             tp_fence_regs(p);
             __syncwarp();
             if (lane == 0) tp_mbar_arrive(&empty[used[1]]);
-            if (z == 0) {
-#pragma unroll
-                for (int i = 0; i < NACC; i++) acc[i] = acc[i] + p[i]; /* chunk order: acc = acc + p_c */
-            } else {
-                store(a.out + (size_t)(c - sc + 1) * TN, p); /* a later slab: the partial itself, added by tp_epi */
-            }
-#pragma unroll
-            for (int i = 0; i < NACC; i++) p[i] = 0.0f; /* the next chunk's partial starts from +0 */
+            chunk_done(c);
         }
     }
     if (z == 0) store(a.out, acc);
