@@ -8,11 +8,6 @@
 #               over the batch curve, the PyTorch graph loop of scripts/bench_torch.py and bench --capacity
 #   PART=prof:  where tp_attend3's and tp_linear's time goes at GPT bf16 B256 (ncu sections of four launches each,
 #               one exec_ab frame: throughput, occupancy, warp states, memory; the whole reports in work.tgz)
-#   PART=ltncu: why the latency kernel's phases run 2-3x slower than alone: ncu on one lt_kernel frame (GPT bf16 B1,
-#               after two warm frames): every warp-stall reason per issued instruction (no_instruction and imc_miss are
-#               instruction fetch; long_scoreboard the polls and L2 loads; barrier, membar, branch_resolving), the
-#               instruction mix and the per-instruction stall samples (SourceCounters: the SASS page as csv, read
-#               with dev/cuda/sass_map.py's call sites); the whole details in work.tgz
 #   PART=icache: dev/cuda/derisk/icache.cu (instruction-cache sizes and the cost of cold code, ~20 s with its build);
 #               put it first: PART="icache check speed"
 # Writes $OUT/summary.txt, $OUT/work.tgz (logs); speed also $OUT/bench.jsonl, $OUT/torch_gpt.json,
@@ -55,25 +50,6 @@ if [[ $PART == *speed* ]]; then
     cu_bench gpt q8 256 10
     for b in 8 16 64 256; do cu_bench csm bf16 $b 10; done
     cu_torch_capacity
-fi
-if [[ $PART == *ltncu* ]]; then
-    dev_prog exec_ab
-    for spec in "gpt bf16 1"; do
-        fits 200 "ncu lt_kernel $spec" || break
-        n=ltncu_${spec// /_}
-        EXEC_AB_WARM=2 EXEC_AB_NOFRAME=1 timeout 240 ncu --kernel-name regex:lt_kernel --launch-skip 2 --launch-count 1 \
-            --section SpeedOfLight --section WarpStateStats --section InstructionStats --section SourceCounters \
-            --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" --import-source no \
-            -o "$R/$n" -f $B/exec_ab ${spec% *} 1 ${spec##* } >"$R/$n.log" 2>&1
-        log "ncu $n rc $? ($(el))"
-        ncu -i "$R/$n.ncu-rep" --page details >"$R/$n.txt" 2>&1
-        ncu -i "$R/$n.ncu-rep" --page raw --csv >"$R/${n}_raw.csv" 2>&1
-        ncu -i "$R/$n.ncu-rep" --page source --csv --print-source sass >"$R/${n}_sass.csv" 2>&1 ||
-            log "ncu source page rc $? (see ${n}_sass.csv)"
-        grep -E "stalled_.*per_issue_active" "$R/$n.txt" | sort -k3 -g -r | head -24 | tee -a "$S"
-        grep -E "Duration|Warp Cycles Per Issued|Issued Ipc|Executed Instructions " "$R/$n.txt" | head -8 | tee -a "$S"
-        rm -f "$R/$n.ncu-rep" # the exports above hold what is read; the report itself may pass the return limits
-    done
 fi
 if [[ $PART == *prof* ]]; then
     dev_prog exec_ab
