@@ -46,20 +46,22 @@ for spec in "${specs[@]}"; do
 done
 [ $LS = 0 ] && { log "no side passed its quick test"; (cd "$OUT" && tar czf work.tgz work && rm -rf work); exit 1; }
 python3 dev/cuda/ab_table.py "$OUT/exec_ab.jsonl" | tee -a "$S"
-if fits 100 "ncu of a frame"; then
+if [ "${NCU_FRAME:-1}" = 1 ] && fits 100 "ncu of a frame"; then # NCU_FRAME=0: not profiled
     EXEC_AB_WARM=0 EXEC_AB_NOFRAME=1 EXEC_AB_NOLAT=1 timeout 120 ncu --metrics gpu__time_duration.sum --csv \
         --launch-count 3000 $SB/exec_ab ${NCU_SPEC:-gpt bf16} 1 256 >"$R/ncu_side_256.csv" 2>"$R/ncu.err"
     log "ncu last side rc $? ($(el))"
     python3 dev/cuda/ncu_by_kernel.py "$R/ncu_side_256.csv" "last side ${NCU_SPEC:-gpt bf16} B256 one frame" |
         tee -a "$S"
 fi
-# NCU_TILE="model weights batch": the tile's throughput sections (L2, memory, compute), base and last side
+# NCU_TILE="model weights batch": the tile's throughput sections (L2, memory, compute), base and last side; NCU_K
+# names another kernel (regex, default tp_linear), NCU_SKIP / NCU_COUNT its launches (default 20 / 6), NCU_SECTIONS
+# the sections (space-separated)
 if [ -n "${NCU_TILE-}" ] && fits 200 "ncu of the tile"; then
     for b in base side; do
         exe=build-cuda/exec_ab
         [ $b = side ] && exe=$SB/exec_ab
-        cu_ncu_sections ncu_tile_$b $exe tp_linear 20 6 "$NCU_TILE" SpeedOfLight MemoryWorkloadAnalysis \
-            ComputeWorkloadAnalysis
+        cu_ncu_sections ncu_tile_$b $exe ${NCU_K:-tp_linear} ${NCU_SKIP:-20} ${NCU_COUNT:-6} "$NCU_TILE" \
+            ${NCU_SECTIONS:-SpeedOfLight MemoryWorkloadAnalysis ComputeWorkloadAnalysis}
     done
 fi
 [ -z "${AB_NOMEMCHECK-}" ] && fits 150 memcheck && cuda_memcheck side_memcheck $SB/test_cuda
