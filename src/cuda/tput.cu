@@ -12,13 +12,13 @@
  *              tokens' group sums (tp_split writes them) before it joins the chunk's, as cu_gemm_big does;
  *   tp_epi     the running sum (plus the slabs' partials, in order) through the frame kernel's cu_epilogue
  *              (bias, activation / gate pair, residual, added rows).
- * Attention runs as a kernel of its own: tp_attend3 (a warp a (stream, kv head), cache rows staged by cp.async;
- * it also writes the out-projection's split) without GQA, tp_attend2 (a block a (stream, kv head), a warp a query)
- * with it, tp_attend (a warp a query from the cache, the frame kernel's cu_attend_fast) where neither fits; sampling
- * and gathers as tp_sample (a block a stream). Any other op (linears that do not suit the tile) runs, as consecutive
- * runs of ops, on the frame kernel (cu_launch_ops). So the numbers are the frame kernel's bit for bit: the same
- * statistics, split and attention arithmetic in the same order, and a wgmma chain over the same k order gives the
- * mma.sync chain's bits (dev/cuda/derisk/wgmma_bits.cu, tput_linear.cu: 64 shapes x T bit-identical on the H200).
+ * Attention runs as a kernel of its own: tp_attend3 (a warp a (stream, kv head), up to 4 a block, cache rows staged by
+ * cp.async; it also writes the out-projection's split) without GQA, tp_attend2 (a block a (stream, kv head), a warp a
+ * query) with it, tp_attend (a warp a query from the cache, the frame kernel's cu_attend_fast) where neither fits;
+ * sampling and gathers as tp_sample (a block a stream). Any other op (linears that do not suit the tile) runs, as
+ * consecutive runs of ops, on the frame kernel (cu_launch_ops). So the numbers are the frame kernel's bit for bit:
+ * the same statistics, split and attention arithmetic in the same order, and a wgmma chain over the same k order
+ * gives the mma.sync chain's bits (dev/cuda/derisk/wgmma_bits.cu, tput_linear.cu: 64 shapes x T bit-identical on the H200).
  *
  * Tile: CTA = 128 weight rows (8 m-tiles) x BN tokens (BN 128 or 64), 384 threads: warpgroups 0 and 1 consume
  * (64 rows each; warp q of warpgroup w owns m-tile 4 w + q, whose m16n8k16 A fragment is wgmma's register-A
@@ -482,25 +482,51 @@ __global__ void __launch_bounds__(256) tp_attend(const cu_attend A, int n) {
     cu_attend_fast(A, s, i, h, tp_ws + (size_t)warp * cu_attend_fast_floats(&A), lane);
 }
 
-/* One attention op for many streams, one warp a (stream, kv head): the group's earlier keys and values copied from
- * the cache into shared memory with 16-byte cp.async, all in flight at once (one round trip for the whole group:
- * the op reads ~8 KB a position a stream at GPT dims, so it is bound by the cache's bytes, not by the warp's
- * arithmetic); meanwhile this pass's keys (rotated) and values from the qkv rows and the group's G P rotated
- * queries, with the functions cu_attend_fast uses. Then the append (the values cu_attend_fast writes) and every
- * query of the group with cu_attend_fast's arithmetic in its order: lane j takes keys j and j + 32 (a sequential
- * float32 dot over HD from 16-byte reads of its key row; rows padded to HD + 4 floats, so the 8 lanes of a quarter
- * warp read distinct banks), max and sum over the same xor trees, lanes over dims d0 + lane and d0 + 32 + lane for
- * the weighted sum in key order. With hi/lo set, the output rows are also split into two bf16 terms (the next
- * linear reads them without a norm: tp_split's values). HD % 4 == 0, 16-byte aligned cache rows; dynamic shared
- * memory tp_attend3_smem. */
-__global__ void __launch_bounds__(32) tp_attend3(const cu_attend A, int n, uint16_t *hi, uint16_t *lo) {
+/* oa, ob += the weighted sum of value rows 0 .. nk - 1 (shared memory, HD floats a row) at dims da and db (zero past
+ * HD), in key order; key j's weight is lane j's w0 (j < 32) or lane j - 32's w1. The loads of 8 keys (weights by
+ * shuffle, values) are issued before their adds: a round trip a block of 8 keys, not one a key. */
+__device__ __forceinline__ void tp_value_sum(const float *Vs, int HD, int nk, float w0, float w1, int da, int db,
+                                             float &oa, float &ob) {
+    for (int j0 = 0; j0 < nk; j0 += 8) {
+        float wj[8], va[8], vb[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int j = j0 + u;
+            wj[u] = __shfl_sync(0xffffffffu, j < 32 ? w0 : w1, j & 31);
+            va[u] = j < nk && da < HD ? Vs[(size_t)j * HD + da] : 0.0f;
+            vb[u] = j < nk && db < HD ? Vs[(size_t)j * HD + db] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            if (j0 + u < nk) {
+                oa = oa + wj[u] * va[u];
+                ob = ob + wj[u] * vb[u];
+            }
+    }
+}
+
+/* One attention op for many streams, one warp a (stream, kv head) (up to 4 warps a block, each on its own, no block
+ * barrier): the group's earlier keys and values copied from the cache into shared memory with 16-byte cp.async, all in
+ * flight at once (one round trip for the whole group: the op reads ~8 KB a position a stream at GPT dims, so it is
+ * bound by the cache's bytes, not by the warp's arithmetic); meanwhile this pass's keys (rotated) and values from the
+ * qkv rows and the group's G P rotated queries, with the functions cu_attend_fast uses. Then the append (the values
+ * cu_attend_fast writes) and every query of the group with cu_attend_fast's arithmetic in its order: lane j takes keys
+ * j and j + 32 (a sequential float32 dot over HD from 16-byte reads of its key row; rows padded to HD + 4 floats, so
+ * the 8 lanes of a quarter warp read distinct banks), max and sum over the same xor trees, lanes over dims d0 + lane
+ * and d0 + 32 + lane for the weighted sum in key order. With hi/lo set, the output rows are also split into two bf16
+ * terms (the next linear reads them without a norm: tp_split's values). HD % 4 == 0, 16-byte aligned cache rows;
+ * dynamic shared memory tp_attend3_smem. */
+__global__ void __launch_bounds__(128, 8) tp_attend3(const cu_attend A, int n, uint16_t *hi, uint16_t *lo) {
     extern __shared__ __align__(16) float tp_kv[];
     tp_pdl_trigger();
     tp_pdl_wait();
     const int HD = A.HD, G = A.H / A.KVH, kvw = A.KVH * HD, qw = (A.H + 2 * A.KVH) * HD, P = A.P, p0 = A.p0;
-    const int s = blockIdx.x / A.KVH, kh = blockIdx.x % A.KVH, nk = p0 + P, KS = HD + 4, C = HD / 4;
-    const int lane = threadIdx.x;
-    float *Ks = tp_kv, *Vs = Ks + (size_t)nk * KS, *Qs = Vs + (size_t)nk * HD;
+    const int nk = p0 + P, KS = HD + 4, C = HD / 4, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int item = blockIdx.x * (blockDim.x >> 5) + warp; /* (stream, kv head): a warp each, no block barrier */
+    if (item >= n * A.KVH) return;
+    const int s = item / A.KVH, kh = item % A.KVH;
+    float *Ks = tp_kv + (size_t)warp * (nk * KS + nk * HD + G * P * HD), *Vs = Ks + (size_t)nk * KS,
+          *Qs = Vs + (size_t)nk * HD;
     const float *tok0 = A.qkv + (size_t)s * P * qw;
     const float *kc = A.kc + (size_t)s * A.cstride + (size_t)kh * HD,
                 *vc = A.vc + (size_t)s * A.cstride + (size_t)kh * HD;
@@ -562,13 +588,7 @@ __global__ void __launch_bounds__(32) tp_attend3(const cu_attend A, int n, uint1
         for (int d0 = 0; d0 < HD; d0 += 64) {
             const int da = d0 + lane, db = d0 + 32 + lane;
             float oa = 0.0f, ob = 0.0f;
-            for (int j = 0; j < nq; j++) {
-                const float wj = __shfl_sync(0xffffffffu, j < 32 ? w0 : w1, j & 31);
-                const float va = da < HD ? Vs[(size_t)j * HD + da] : 0.0f,
-                            vb = db < HD ? Vs[(size_t)j * HD + db] : 0.0f;
-                oa = oa + wj * va;
-                ob = ob + wj * vb;
-            }
+            tp_value_sum(Vs, HD, nq, w0, w1, da, db, oa, ob);
             if (da < HD) {
                 A.out[orow + da] = oa;
                 if (hi) {
@@ -662,13 +682,7 @@ __global__ void __launch_bounds__(128) tp_attend2(const cu_attend A, int n) {
         for (int d0 = 0; d0 < HD; d0 += 64) {
             const int da = d0 + lane, db = d0 + 32 + lane;
             float oa = 0.0f, ob = 0.0f;
-            for (int j = 0; j < nk; j++) {
-                const float wj = __shfl_sync(0xffffffffu, j < 32 ? w0 : w1, j & 31);
-                const float va = da < HD ? Vs[(size_t)j * HD + da] : 0.0f,
-                            vb = db < HD ? Vs[(size_t)j * HD + db] : 0.0f;
-                oa = oa + wj * va;
-                ob = ob + wj * vb;
-            }
+            tp_value_sum(Vs, HD, nk, w0, w1, da, db, oa, ob);
             if (da < HD) out[da] = oa;
             if (db < HD) out[db] = ob;
         }
@@ -938,7 +952,9 @@ static dd_status tp_enqueue(tp_exec *x, int v, int n, float temp, int topk, cuda
                               nx->lin.ldx == HW &&
                               nx->lin.w.K == HW && cu_lin_T(&nx->lin, n) == n * o->att.P;
             uint16_t *hn = chain ? (uint16_t *)x->hi : NULL, *ln = chain ? (uint16_t *)x->lo : NULL;
-            CU_TRY(tp_launch(tp_attend3, dim3(n * o->att.KVH), dim3(32), tp_attend3_smem(&o->att), stream, o->att, n,
+            const size_t ws = tp_attend3_smem(&o->att); /* a warp's; warps a block within 48 KB, 4 at most */
+            const int W = ws * 4 <= 48 * 1024 ? 4 : ws * 2 <= 48 * 1024 ? 2 : 1, items = n * o->att.KVH;
+            CU_TRY(tp_launch(tp_attend3, dim3((items + W - 1) / W), dim3(32 * W), W * ws, stream, o->att, n,
                              hn, ln),
                    err, "throughput executor launch");
             split_done = chain;
