@@ -16,9 +16,9 @@
  * cp.async; it also writes the out-projection's split) without GQA, tp_attend2 (a block a (stream, kv head), a warp a
  * query) with it, tp_attend (a warp a query from the cache, the frame kernel's cu_attend_fast) where neither fits;
  * sampling and gathers as tp_sample (a block a stream). Any other op (linears that do not suit the tile) runs, as
- * consecutive runs of ops, on the frame kernel (cu_launch_ops). So the numbers are the frame kernel's bit for bit:
- * the same statistics, split and attention arithmetic in the same order, and a wgmma chain over the same k order
- * gives the mma.sync chain's bits (dev/cuda/derisk/wgmma_bits.cu, tput_linear.cu: 64 shapes x T bit-identical on the H200).
+ * consecutive runs of ops, on the frame kernel (cu_launch_ops). So the numbers are the frame kernel's bit for bit: the
+ * same statistics, split and attention arithmetic in the same order, and a wgmma chain over the same k order gives the
+ * mma.sync chain's bits (dev/cuda/derisk/wgmma_bits.cu, tput_linear.cu: 64 shapes x T bit-identical on the H200).
  *
  * Tile: CTA = 128 weight rows (8 m-tiles) x BN tokens (BN 128 or 64), 384 threads: warpgroups 0 and 1 consume
  * (64 rows each; warp q of warpgroup w owns m-tile 4 w + q, whose m16n8k16 A fragment is wgmma's register-A
