@@ -10,6 +10,8 @@
 #               one exec_ab frame: throughput, occupancy, warp states, memory; the whole reports in work.tgz)
 #   PART=icache: dev/cuda/derisk/icache.cu (instruction-cache sizes and the cost of cold code, ~20 s with its build);
 #               put it first: PART="icache check speed"
+#   PART=linchain: dev/cuda/derisk/linchain.cu and chain.cu (the lean linear step's chain floor beside the bare
+#               chain's, ~60 s with their builds); with speed after it, the executor's timeline of the same call
 # Writes $OUT/summary.txt, $OUT/work.tgz (logs); speed also $OUT/bench.jsonl, $OUT/torch_gpt.json,
 # $OUT/torch_csm.json, $OUT/timeline.md.     OUT=$OUT PART=check bash dev/cuda/land_call.sh
 CALL=land source "$(dirname "$0")/call_env.sh"
@@ -19,6 +21,11 @@ if [[ $PART == *icache* ]] && fits 40 "icache"; then
     OUT=$R/derisk BUILD=$R/derisk/build BUDGET_S=40 bash dev/cuda/derisk/run.sh icache >"$R/icache_run.log" 2>&1
     log "icache rc $? ($(el))"
     grep -E "^(SUMMARY|FAIL)|warps  4 blocks +[0-9]{3}" "$R/derisk/derisk.txt" | tee -a "$S"
+fi
+if [[ $PART == *linchain* ]] && fits 90 "linchain"; then
+    OUT=$R/derisk BUILD=$R/derisk/build BUDGET_S=90 bash dev/cuda/derisk/run.sh linchain chain >"$R/linchain_run.log" 2>&1
+    log "linchain rc $? ($(el))"
+    grep -E "^(RESULT|SUMMARY|FAIL|check|phases)" "$R/derisk/derisk.txt" | sed -e 's/   */ /g' | tee -a "$S"
 fi
 if [[ $PART == *check* ]]; then
     fits 60 "test_cuda all" && cuda_test all_quick $B/test_cuda "" 150 DD_TEST_QUICK=1 DD_TEST_ONLY=

@@ -12,19 +12,21 @@
 #               schedule (cu_gemm_big)? time and TFLOP/s beside it (uses the library's headers, like stage.cu)
 #   chain.cu    a chain of ~680 dependent ops through every SM without weights (hop, + statistics, + normalise):
 #               the latency executor design's per-op floor
+#   linchain.cu a chain of complete, lean linear steps (GPT fc1 / fc2 alternating, the engine's arithmetic) through
+#               every SM: the latency executor's step at its floor, weights resident or from L2
 #   stage.cu    the phases of a latency-executor step (poll, norm statistics, normalise, mma items) on one SM
 #               in isolation, with the library's device functions (hence -I ../../../src -I ../../../include)
 #   icache.cu   instruction fetch: how much code an SM keeps hot (straight-line and jumping), what a cold KB costs
 # Builds for sm_90a into $BUILD (default dev/cuda/derisk/build, git-ignored by the lead), runs each program under
 # a timeout (at most 120 s each, and all of it within a ~170 s budget), writes everything to $OUT/derisk.txt
 # (default OUT=/tmp/derisk; per-program logs and build logs beside it) and prints a compact summary last.
-#   OUT=/tmp/x dev/cuda/derisk/run.sh [ring] [cluster] [wgmma] [mma_swap] [wgmma_bits] [tput_linear] [stage] [chain] [icache]
+#   OUT=/tmp/x dev/cuda/derisk/run.sh [ring] [cluster] [wgmma] [mma_swap] [wgmma_bits] [tput_linear] [stage] [chain] [linchain] [icache]
 #   (default: all)
 set -u -o pipefail
 cd "$(dirname "$0")"
 OUT=${OUT:-/tmp/derisk}
 BUILD=${BUILD:-build}
-PROGS=${*:-ring cluster wgmma mma_swap wgmma_bits tput_linear stage chain icache}
+PROGS=${*:-ring cluster wgmma mma_swap wgmma_bits tput_linear stage chain linchain icache}
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 FLAGS="-O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -I ../../../src -I ../../../include"
 BUDGET_S=${BUDGET_S:-170}
@@ -83,8 +85,9 @@ done
 # summary: the device lines, every result row (spaces squeezed), the one-line summaries, and every FAIL/SKIP
 echo
 echo "==== derisk summary (full output: $R)"
-grep -E "^# (ring|cluster|wgmma|mma_swap|wgmma_bits|tput_linear|stage|chain|icache)( on |: SM clock)" "$R" | head -2
+grep -E "^# (ring|cluster|wgmma|mma_swap|wgmma_bits|tput_linear|stage|chain|linchain|icache)( on |: SM clock)" "$R" | head -2
 grep -E "^RESULT " "$R" | sed -e 's/^RESULT //' -e 's/   */ /g'
+grep -E "^(check|phases) linchain" "$R" | sed -e 's/   */ /g'
 grep -E "^SUMMARY " "$R"
 nf=$(grep -cE "^FAIL" "$R")
 grep -E "^(FAIL|SKIP)" "$R" | head -20

@@ -1,0 +1,453 @@
+/* linchain: what a chain of complete, lean latency-executor linear steps costs with every SM in it (issue 13).
+ *
+ * Why: at GPT dims bf16 B1 the latency executor's ops cost 3.6-8.9 us each on the critical path (fc1 7.61, fc2 8.05;
+ * H100, 2026-12-05) and the 1.5 ms bar allows ~2.2 us an op. chain.cu measured the chain without weights (a bare hop
+ * ~1 us, with a norm's statistics and normalise ~1.9 us) and stage.cu the step's phases on one SM alone; the phases
+ * run 2-3x slower in the kernel than alone, and no experiment has said whether that is the kernel's generality (an
+ * op table read from shared memory, a weight ring, pieces, folds, a barrier after every phase) or the environment
+ * (every SM in the chain, L2 under load). This program runs the missing middle: whole linear steps with the
+ * engine's arithmetic (cu_row_stats, the normalise and bf16 hi/lo pack, the mma.sync chunk of lt_chunk, partials
+ * summed in chunk order, the epilogue's GELU / bias / residual) written as lean as the contract allows, through
+ * all SMs, GPT's fc1 and fc2 alternating (124 pairs = a frame's layer passes):
+ *   fc1  poll x (1024 LL words) -> one warp's LayerNorm statistics -> normalise + pack (norm weights in registers,
+ *        loaded before the poll) -> 16 items (2 m-tiles x 8 chunks) over 15 warps -> each output's thread sums its
+ *        8 chunk partials in chunk order, + bias, GELU, publishes (32 outputs an SM on 128 SMs: the plan's fc1)
+ *   fc2  the residual rows' loads issued first -> poll h (4096 LL words) -> pack -> 32 items (1 m-tile x 32 chunks)
+ *        -> each output's thread sums 32 partials in order, + bias, + residual, publishes (16 outputs an SM on 64
+ *        SMs: fc2 without the K split)
+ * Barriers: fc1 4 (after the poll, the statistics, the normalise, the items), fc2 3. Variants:
+ *   res  each SM's weights resident in shared memory (loaded once: the weight ring's ideal, never on the path)
+ *   glb  the weights read from global memory in the items (L2-resident: 16 MB), as a step whose piece has not landed
+ * Output: RESULT lines "linchain | <variant> | <us> us a fc1+fc2 pair"; SM 0's clock phases per op (poll incl. the
+ * wait for the producers, statistics, normalise/pack, items, epilogue); SUMMARY beside the kernel's figures.
+ * Checks: the final vector of a 16-op chain in one launch is bit-identical to the same ops run one launch each (the
+ * dataflow: no step read a stale or half-published input); every wait ends at a %globaltimer deadline (FAIL, not a
+ * hang).
+ *   nvcc -O3 -std=c++17 -fmad=false -gencode=arch=compute_90a,code=sm_90a -I src -I include \
+ *        dev/cuda/derisk/linchain.cu -o linchain */
+#include "derisk.cuh"
+
+#include <math.h>
+
+#include "cuda/cu_mma.cuh"
+
+#define NC 480 /* compute threads (lt_kernel's LT_NC); a 16th warp idles where lt_kernel has its producer */
+#define NW (NC / 32)
+#define NT (NC + 32)
+#define D 1024
+#define F 4096
+#define TILE 512           /* bytes of one bf16 m16 x k16 tile in the fragment layout */
+#define MT1 (F / 16)       /* fc1 m-tiles: 256 */
+#define KT1 (D / 16)       /* 64 */
+#define MT2 (D / 16)       /* fc2 m-tiles: 64 */
+#define KT2 (F / 16)       /* 256 */
+#define NCH1 (KT1 / CU_CKT) /* chunks: 8 */
+#define NCH2 (KT2 / CU_CKT) /* 32 */
+#define SM1 (MT1 / 2)      /* SMs with fc1 units: 128, two m-tiles each */
+#define SM2 MT2            /* SMs with an fc2 unit: 64 */
+#define VW F               /* words of a vector slot (every op's output gets a fresh one) */
+#define W1_BYTES (2 * KT1 * TILE)  /* 64 KB */
+#define W2_BYTES (KT2 * TILE)      /* 128 KB */
+#define ACT_WORDS (F + 32)
+#define PART_SLOTS 32              /* float4 x 32 lanes each */
+#define SMEM_RES (W1_BYTES + W2_BYTES + ACT_WORDS * 4 + PART_SLOTS * 512 + 256)
+#define SMEM_GLB (ACT_WORDS * 4 + PART_SLOTS * 512 + 256)
+#define NPHASE 5
+static_assert(SMEM_RES <= 227 * 1024, "shared memory");
+static_assert(2 * NCH1 <= PART_SLOTS && NCH2 <= PART_SLOTS, "partials");
+
+struct lc_args {
+    u64 *buf;                     /* (nops + 1) vector slots of VW LL words; slot o is op o's input, epoch o + 1 */
+    const uint8_t *w1, *w2;       /* [MT1][KT1][TILE], [MT2][KT2][TILE] */
+    const float *b1, *b2, *nw, *nb;
+    int o0, o1;                   /* ops [o0, o1) in this launch */
+    int *err;                     /* 0 ok; 1 + op: a wait timed out there */
+    u64 deadline_ns;              /* %globaltimer deadline */
+    u64 *phase;                   /* [G][2][NPHASE] SM clock cycles summed over this launch's ops, and [G][2] counts */
+};
+
+__device__ __forceinline__ void bar_nc(void) { asm volatile("bar.sync 1, %0;" ::"n"(NC) : "memory"); }
+
+/* poll words [0, n) of in (epoch E) into xs as floats: thread tid takes tid, tid + NC, ... in rounds of 8 in flight,
+ * the missing words re-read together; 0 on timeout */
+__device__ __forceinline__ int lc_poll(const u64 *in, int n, unsigned E, float *xs, u64 deadline) {
+    for (int base = threadIdx.x; base < n; base += NC * 8) {
+        u64 w[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int idx = base + u * NC;
+            w[u] = idx < n ? dr_ld_ll(in + idx) : (u64)E << 32;
+        }
+        unsigned spins = 0;
+        for (;;) {
+            unsigned miss = 0;
+#pragma unroll
+            for (int u = 0; u < 8; u++) miss |= (unsigned)((unsigned)(w[u] >> 32) != E) << u;
+            if (!miss) break;
+            if ((++spins & 255u) == 0 && dr_gtimer() > deadline) return 0;
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                if ((miss >> u) & 1u) w[u] = dr_ld_ll(in + base + u * NC);
+        }
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int idx = base + u * NC;
+            if (idx < n) xs[idx] = __uint_as_float((unsigned)w[u]);
+        }
+    }
+    return 1;
+}
+
+/* one chunk (CU_CKT k-tiles) of one m-tile against the packed row act (token 0 only: B1), lt_chunk's bf16 path: all
+ * fragment loads in flight, then per k-tile the hi term and the lo term (cu_ktile) */
+template <bool SMEM>
+__device__ __forceinline__ void lc_chunk(float (&p)[4], const uint8_t *wt, const uint32_t *act, int lane) {
+    const int g = lane >> 2, cq = lane & 3;
+    cu_raw_frag raw[CU_CKT];
+#pragma unroll
+    for (int i = 0; i < CU_CKT; i++) cu_load_raw<DD_BF16, SMEM>(raw[i], wt + (size_t)i * TILE, lane);
+    float d[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+    for (int i = 0; i < CU_CKT; i++) {
+        uint32_t b[1][4] = {{0u, 0u, 0u, 0u}};
+        if (g == 0) {
+            const uint2 l0 = *(const uint2 *)(act + i * 16 + 2 * cq), l8 = *(const uint2 *)(act + i * 16 + 8 + 2 * cq);
+            b[0][0] = cu_hi_pair(l0.x, l0.y);
+            b[0][1] = cu_hi_pair(l8.x, l8.y);
+            b[0][2] = cu_lo_pair(l0.x, l0.y);
+            b[0][3] = cu_lo_pair(l8.x, l8.y);
+        }
+        cu_afrag A;
+        cu_make_a<DD_BF16, WM_BF16>(A, raw[i], cu_mat{}, 0, 0, lane);
+        cu_ktile<WM_BF16, 1>(d, A, b);
+    }
+#pragma unroll
+    for (int e = 0; e < 4; e++) p[e] = d[0][e];
+}
+
+/* output row r (0..15) of an m-tile, token 0: the lane and element of the C fragment that hold it (lt_linear's
+ * epilogue with t = 0) */
+__device__ __forceinline__ float lc_cval(const float4 *part, int slot, int r) {
+    const int ln = (r & 7) * 4, e = (r >> 3) << 1;
+    return ((const float *)&part[slot * 32 + ln])[e];
+}
+
+template <bool RES>
+__global__ void __launch_bounds__(NT, 1) lc_kernel(lc_args A) {
+    extern __shared__ __align__(128) uint8_t sm[];
+    uint8_t *w1s = sm, *w2s = sm + W1_BYTES;
+    uint8_t *rest = RES ? sm + W1_BYTES + W2_BYTES : sm;
+    uint32_t *act = (uint32_t *)rest;
+    float *actf = (float *)rest;
+    float4 *part = (float4 *)(rest + ACT_WORDS * 4);
+    float *stat = (float *)(rest + ACT_WORDS * 4 + PART_SLOTS * 512);
+    __shared__ int bad;
+    if (threadIdx.x >= NC) return;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, b = blockIdx.x;
+    const bool has1 = b < SM1, has2 = b < SM2;
+    const uint8_t *w1g = A.w1 + (size_t)2 * b * KT1 * TILE, *w2g = A.w2 + (size_t)b * KT2 * TILE;
+    if (tid == 0) bad = 0;
+    if (RES) { /* this SM's weights, once */
+        if (has1)
+            for (int i = tid; i < W1_BYTES / 16; i += NC) ((uint4 *)w1s)[i] = ((const uint4 *)w1g)[i];
+        if (has2)
+            for (int i = tid; i < W2_BYTES / 16; i += NC) ((uint4 *)w2s)[i] = ((const uint4 *)w2g)[i];
+    }
+    /* the norm weights of this thread's elements and the bias of its output, in registers before any poll */
+    float nwr[3], nbr[3];
+#pragma unroll
+    for (int i = 0; i < 3; i++) {
+        const int k = tid + i * NC;
+        nwr[i] = k < D ? A.nw[k] : 0.0f;
+        nbr[i] = k < D ? A.nb[k] : 0.0f;
+    }
+    const float b1r = has1 && tid < 32 ? A.b1[2 * b * 16 + tid] : 0.0f;
+    const float b2r = has2 && tid < 16 ? A.b2[b * 16 + tid] : 0.0f;
+    bar_nc();
+    const uint8_t *w1 = RES ? w1s : w1g, *w2 = RES ? w2s : w2g;
+    u64 ph[2][NPHASE] = {{0}}, cnt[2] = {0, 0};
+    for (int o = A.o0; o < A.o1; o++) {
+        const u64 *in = A.buf + (size_t)o * VW;
+        u64 *out = A.buf + (size_t)(o + 1) * VW;
+        const unsigned E = (unsigned)o + 1u, Eo = E + 1u;
+        const int kind = o & 1; /* 0 fc1, 1 fc2 */
+        if (!(kind ? has2 : has1)) continue;
+        u64 c0 = dr_clock(), c1, c2, c3, c4, c5;
+        if (kind == 0) {
+            if (!lc_poll(in, D, E, actf, A.deadline_ns)) bad = 1 + o;
+            bar_nc();
+            c1 = dr_clock();
+            if (bad) break;
+            if (warp == 0) {
+                float mean, rstd;
+                cu_row_stats([&](int k) { return actf[k]; }, D, DD_NORM_LAYER, 1e-5f, lane, mean, rstd);
+                if (lane == 0) stat[0] = mean, stat[1] = rstd;
+            }
+            bar_nc();
+            c2 = dr_clock();
+            const float mean = stat[0], rstd = stat[1];
+#pragma unroll
+            for (int i = 0; i < 3; i++) { /* cu_norm_val's arithmetic with the weights in registers */
+                const int k = tid + i * NC;
+                if (k < D) {
+                    float n = (actf[k] - mean) * rstd;
+                    n = n * nwr[i];
+                    n = n + nbr[i];
+                    act[k] = cu_split_pack(n);
+                }
+            }
+            bar_nc();
+            c3 = dr_clock();
+            for (int it = warp; it < 2 * NCH1; it += NW) { /* lt_linear's item order: chunk-major over the 2 m-tiles */
+                const int ci = it >> 1, mtl = it & 1;
+                float p[4];
+                lc_chunk<RES>(p, w1 + ((size_t)mtl * KT1 + ci * CU_CKT) * TILE, act + ci * CU_CKT * 16, lane);
+                part[(ci * 2 + mtl) * 32 + lane] = make_float4(p[0], p[1], p[2], p[3]);
+            }
+            bar_nc();
+            c4 = dr_clock();
+            if (tid < 32) { /* output j = tid: m-tile tid / 16, row tid % 16 */
+                const int ul = tid >> 4, r = tid & 15;
+                float a = 0.0f;
+#pragma unroll
+                for (int c = 0; c < NCH1; c++) a = a + lc_cval(part, c * 2 + ul, r);
+                a = a + b1r;
+                const float e = erff(a * 0.70710678118654752f);
+                dr_st_ll(out + 2 * b * 16 + tid, 0.5f * a * (1.0f + e), Eo);
+            }
+        } else {
+            /* the residual (the previous fc1's input: slot o - 1, epoch o), published long ago: loads issued first */
+            const u64 *rin = A.buf + (size_t)(o - 1) * VW + b * 16 + tid;
+            u64 rw = tid < 16 ? dr_ld_ll(rin) : 0;
+            if (!lc_poll(in, F, E, actf, A.deadline_ns)) bad = 1 + o;
+            bar_nc();
+            c1 = c2 = dr_clock();
+            if (bad) break;
+            for (int k = tid; k < F; k += NC) act[k] = cu_split_pack(actf[k]);
+            bar_nc();
+            c3 = dr_clock();
+            for (int it = warp; it < NCH2; it += NW) {
+                float p[4];
+                lc_chunk<RES>(p, w2 + (size_t)it * CU_CKT * TILE, act + it * CU_CKT * 16, lane);
+                part[it * 32 + lane] = make_float4(p[0], p[1], p[2], p[3]);
+            }
+            bar_nc();
+            c4 = dr_clock();
+            if (tid < 16) {
+                unsigned spins = 0;
+                while ((unsigned)(rw >> 32) != E - 1u) {
+                    rw = dr_ld_ll(rin);
+                    if ((++spins & 255u) == 0 && dr_gtimer() > A.deadline_ns) {
+                        atomicCAS(A.err, 0, 1 + o);
+                        break;
+                    }
+                }
+                float a = 0.0f;
+#pragma unroll 8
+                for (int c = 0; c < NCH2; c++) a = a + lc_cval(part, c, tid);
+                a = a + b2r;
+                a = a + __uint_as_float((unsigned)rw);
+                dr_st_ll(out + b * 16 + tid, a, Eo);
+            }
+        }
+        c5 = dr_clock();
+        if (tid == 0) {
+            ph[kind][0] += c1 - c0, ph[kind][1] += c2 - c1, ph[kind][2] += c3 - c2, ph[kind][3] += c4 - c3;
+            ph[kind][4] += c5 - c4, cnt[kind]++;
+        }
+    }
+    if (bad && tid == 0) atomicCAS(A.err, 0, bad);
+    if (tid == 0 && A.phase) {
+        u64 *q = A.phase + (size_t)b * (2 * NPHASE + 2);
+        for (int k = 0; k < 2; k++) {
+            for (int i = 0; i < NPHASE; i++) q[k * NPHASE + i] = ph[k][i];
+            q[2 * NPHASE + k] = cnt[k];
+        }
+    }
+}
+
+__global__ void lc_gtimer(u64 *t) { *t = dr_gtimer(); }
+
+static uint16_t bf16_bits(float f) { /* round to nearest even (finite inputs) */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+int main() {
+    double mhz = 0;
+    const int G = dr_banner("linchain", &mhz);
+    if (G < SM1) {
+        printf("FAIL linchain: %d SMs, the plan needs %d\n", G, SM1);
+        return 1;
+    }
+    const int PAIRS = 124, NOPS = 2 * PAIRS, NCHECK = 16;
+    /* weights: small normal-ish values (sum of uniforms), so 248 steps keep the activations finite and O(1) */
+    uint64_t rs = 0x9E3779B97F4A7C15ull;
+    auto rnd = [&]() { /* uniform in [-1, 1) */
+        rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+        return (float)((double)(rs >> 11) * 0x1p-52 - 1.0);
+    };
+    std::vector<uint16_t> hw1((size_t)MT1 * KT1 * TILE / 2), hw2((size_t)MT2 * KT2 * TILE / 2);
+    for (auto &v : hw1) v = bf16_bits(0.05f * (rnd() + rnd() + rnd()));
+    for (auto &v : hw2) v = bf16_bits(0.02f * (rnd() + rnd() + rnd()));
+    std::vector<float> hb1(F), hb2(D), hnw(D), hnb(D);
+    for (auto &v : hb1) v = 0.1f * rnd();
+    for (auto &v : hb2) v = 0.1f * rnd();
+    for (auto &v : hnw) v = 1.0f + 0.1f * rnd();
+    for (auto &v : hnb) v = 0.1f * rnd();
+    std::vector<u64> hx(VW, 0);
+    for (int k = 0; k < D; k++) {
+        const float v = rnd() + rnd();
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        hx[k] = (1ull << 32) | u; /* slot 0, epoch 1 */
+    }
+    uint8_t *w1, *w2;
+    float *b1, *b2, *nw, *nb;
+    u64 *buf, *phase;
+    int *err;
+    CK(cudaMalloc(&w1, hw1.size() * 2));
+    CK(cudaMalloc(&w2, hw2.size() * 2));
+    CK(cudaMalloc(&b1, F * 4));
+    CK(cudaMalloc(&b2, D * 4));
+    CK(cudaMalloc(&nw, D * 4));
+    CK(cudaMalloc(&nb, D * 4));
+    CK(cudaMalloc(&buf, (size_t)(NOPS + 1) * VW * 8));
+    CK(cudaMalloc(&phase, (size_t)G * (2 * NPHASE + 2) * 8));
+    CK(cudaMalloc(&err, sizeof(int)));
+    CK(cudaMemcpy(w1, hw1.data(), hw1.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(w2, hw2.data(), hw2.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(b1, hb1.data(), F * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(b2, hb2.data(), D * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(nw, hnw.data(), D * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(nb, hnb.data(), D * 4, cudaMemcpyHostToDevice));
+    CK(cudaFuncSetAttribute(lc_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_RES));
+    CK(cudaFuncSetAttribute(lc_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_RES));
+    int fails = 0;
+    auto reset = [&](int nops) {
+        CK(cudaMemset(buf, 0, (size_t)(nops + 1) * VW * 8));
+        CK(cudaMemcpy(buf, hx.data(), VW * 8, cudaMemcpyHostToDevice));
+        CK(cudaMemset(err, 0, sizeof(int)));
+    };
+    /* the device's %globaltimer, read once by a tiny kernel, gives the deadlines */
+    u64 *gt;
+    CK(cudaMalloc(&gt, 8));
+    auto gnow = [&]() {
+        lc_gtimer<<<1, 1>>>(gt);
+        CK_LAUNCH();
+        u64 t;
+        CK(cudaMemcpy(&t, gt, 8, cudaMemcpyDeviceToHost));
+        return t;
+    };
+    auto run = [&](bool res, int o0, int o1, bool phases, float *us) {
+        lc_args a{buf, w1, w2, b1, b2, nw, nb, o0, o1, err, gnow() + 3000000000ull, phases ? phase : NULL};
+        cudaEvent_t e0, e1;
+        CK(cudaEventCreate(&e0));
+        CK(cudaEventCreate(&e1));
+        CK(cudaEventRecord(e0));
+        if (res) lc_kernel<true><<<G, NT, SMEM_RES>>>(a);
+        else lc_kernel<false><<<G, NT, SMEM_GLB>>>(a);
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        CK_LAUNCH();
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (us) *us = ms * 1e3f;
+        CK(cudaEventDestroy(e0));
+        CK(cudaEventDestroy(e1));
+        int e = 0;
+        CK(cudaMemcpy(&e, err, sizeof e, cudaMemcpyDeviceToHost));
+        return e;
+    };
+    for (int res = 1; res >= 0; res--) {
+        const char *vn = res ? "res" : "glb";
+        /* the check: NCHECK ops in one launch against one launch an op, bit for bit, and finite */
+        std::vector<u64> one(VW), each(VW);
+        reset(NCHECK);
+        int e = run(res, 0, NCHECK, false, NULL);
+        CK(cudaMemcpy(one.data(), buf + (size_t)NCHECK * VW, VW * 8, cudaMemcpyDeviceToHost));
+        reset(NCHECK);
+        for (int o = 0; o < NCHECK && !e; o++) e = run(res, o, o + 1, false, NULL);
+        CK(cudaMemcpy(each.data(), buf + (size_t)NCHECK * VW, VW * 8, cudaMemcpyDeviceToHost));
+        if (e) {
+            printf("FAIL linchain %s: a wait timed out at op %d\n", vn, e - 1);
+            fails++;
+            continue;
+        }
+        int diff = 0, nonfin = 0, epoch = 0;
+        double mag = 0;
+        for (int k = 0; k < D; k++) {
+            diff += one[k] != each[k];
+            epoch += (unsigned)(one[k] >> 32) != (unsigned)NCHECK + 1u;
+            float v;
+            uint32_t u = (uint32_t)one[k];
+            memcpy(&v, &u, 4);
+            nonfin += !isfinite(v);
+            mag += fabs((double)v);
+        }
+        printf("check linchain %s: %d ops in one launch vs one launch an op: %d of %d words differ, %d wrong epochs, "
+               "%d non-finite, mean |x| %.3f\n",
+               vn, NCHECK, diff, D, epoch, nonfin, mag / D);
+        if (diff || epoch || nonfin) {
+            printf("FAIL linchain %s: the chain's result is not the op-by-op result\n", vn);
+            fails++;
+            continue;
+        }
+        /* timing: medians of 7 launches of 2 and of NOPS ops */
+        auto timed = [&](int nops) {
+            std::vector<double> t;
+            for (int r = 0; r < 7; r++) {
+                reset(nops);
+                float us = 0;
+                const int e2 = run(res, 0, nops, nops == NOPS && r == 6, &us);
+                if (e2) {
+                    printf("FAIL linchain %s: a wait timed out at op %d (%d ops)\n", vn, e2 - 1, nops);
+                    fails++;
+                    return -1.0;
+                }
+                t.push_back(us);
+            }
+            return dr_median(t);
+        };
+        const double t2 = timed(2), tn = timed(NOPS);
+        if (t2 < 0 || tn < 0) continue;
+        const double pair = (tn - t2) / (PAIRS - 1);
+        printf("RESULT linchain | %s | %6.3f us a fc1+fc2 pair (%d ops %.1f us, 2 ops %.1f us)\n", vn, pair, NOPS, tn,
+               t2);
+        /* SM clock phases of the last timed launch: SM 0 (both kinds) and the mean over the SMs of each kind */
+        std::vector<u64> hp((size_t)G * (2 * NPHASE + 2));
+        CK(cudaMemcpy(hp.data(), phase, hp.size() * 8, cudaMemcpyDeviceToHost));
+        static const char *pn[NPHASE] = {"poll (incl. the wait)", "statistics", "normalise/pack", "items",
+                                         "epilogue"};
+        for (int k = 0; k < 2; k++) {
+            double sum[NPHASE] = {0}, n = 0;
+            for (int s = 0; s < G; s++) {
+                const u64 *q = hp.data() + (size_t)s * (2 * NPHASE + 2);
+                if (!q[2 * NPHASE + k]) continue;
+                for (int i = 0; i < NPHASE; i++) sum[i] += (double)q[k * NPHASE + i] / (double)q[2 * NPHASE + k];
+                n++;
+            }
+            printf("phases linchain %s %s (mean over %d SMs, us an op at %.0f MHz):", vn, k ? "fc2" : "fc1", (int)n,
+                   mhz);
+            for (int i = 0; i < NPHASE; i++) printf(" %s %.3f", pn[i], n ? sum[i] / n / mhz : 0.0);
+            printf("\n");
+        }
+        fflush(stdout);
+    }
+    printf("SUMMARY linchain: lean exact fc1+fc2 steps through every SM; compare with the latency executor's fc1 + fc2 "
+           "on the critical path (lat_timeline, same call) and with the 1.5 ms bar's ~4.4 us for two ops\n");
+    CK(cudaFree(w1));
+    CK(cudaFree(w2));
+    CK(cudaFree(b1));
+    CK(cudaFree(b2));
+    CK(cudaFree(nw));
+    CK(cudaFree(nb));
+    CK(cudaFree(buf));
+    CK(cudaFree(phase));
+    CK(cudaFree(err));
+    CK(cudaFree(gt));
+    return fails ? 1 : 0;
+}
+
