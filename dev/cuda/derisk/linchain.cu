@@ -18,6 +18,10 @@
  * Barriers: fc1 4 (after the poll, the statistics, the normalise, the items), fc2 3. Variants:
  *   res  each SM's weights resident in shared memory (loaded once: the weight ring's ideal, never on the path)
  *   glb  the weights read from global memory in the items (L2-resident: 16 MB), as a step whose piece has not landed
+ *   glb+stream  glb while the 16th warp of every SM streams a 1 GB buffer from HBM into shared memory by bulk copies
+ *        (16 KB, two in flight, L2 evict_first) as fast as they complete: the weight traffic the executor's
+ *        producers make at bf16 (100 MB a pass), here at its most, to say whether the polls and the phases slow down
+ *        under it (glb and glb+stream differ only in that traffic)
  * Output: RESULT lines "linchain | <variant> | <us> us a fc1+fc2 pair"; SM 0's clock phases per op (poll incl. the
  * wait for the producers, statistics, normalise/pack, items, epilogue); SUMMARY beside the kernel's figures.
  * Checks: the final vector of a 16-op chain in one launch is bit-identical to the same ops run one launch each (the
@@ -51,7 +55,9 @@
 #define ACT_WORDS (F + 32)
 #define PART_SLOTS 32              /* float4 x 32 lanes each */
 #define SMEM_RES (W1_BYTES + W2_BYTES + ACT_WORDS * 4 + PART_SLOTS * 512 + 256)
-#define SMEM_GLB (ACT_WORDS * 4 + PART_SLOTS * 512 + 256)
+#define SCR_BYTES (16 * 1024) /* a streamed piece (glb+stream), two slots */
+#define SMEM_GLB (ACT_WORDS * 4 + PART_SLOTS * 512 + 256 + 2 * SCR_BYTES)
+#define BIG_PER_SM ((size_t)8 << 20) /* the streamed buffer: 8 MB an SM, read cyclically */
 #define NPHASE 5
 static_assert(SMEM_RES <= 227 * 1024, "shared memory");
 static_assert(2 * NCH1 <= PART_SLOTS && NCH2 <= PART_SLOTS, "partials");
@@ -64,6 +70,8 @@ struct lc_args {
     int *err;                     /* 0 ok; 1 + op: a wait timed out there */
     u64 deadline_ns;              /* %globaltimer deadline */
     u64 *phase;                   /* [G][2][NPHASE] SM clock cycles summed over this launch's ops, and [G][2] counts */
+    const uint8_t *big;           /* glb+stream: G x BIG_PER_SM bytes */
+    u64 *streamed;                /* glb+stream: [G] bytes streamed */
 };
 
 __device__ __forceinline__ void bar_nc(void) { asm volatile("bar.sync 1, %0;" ::"n"(NC) : "memory"); }
@@ -132,8 +140,12 @@ __device__ __forceinline__ float lc_cval(const float4 *part, int slot, int r) {
     return ((const float *)&part[slot * 32 + ln])[e];
 }
 
-template <bool RES>
+enum { V_RES = 0, V_GLB = 1, V_STREAM = 2, NV = 3 };
+static const char *vname[NV] = {"res", "glb", "glb+stream"};
+
+template <int V>
 __global__ void __launch_bounds__(NT, 1) lc_kernel(lc_args A) {
+    constexpr bool RES = V == V_RES;
     extern __shared__ __align__(128) uint8_t sm[];
     uint8_t *w1s = sm, *w2s = sm + W1_BYTES;
     uint8_t *rest = RES ? sm + W1_BYTES + W2_BYTES : sm;
@@ -141,8 +153,35 @@ __global__ void __launch_bounds__(NT, 1) lc_kernel(lc_args A) {
     float *actf = (float *)rest;
     float4 *part = (float4 *)(rest + ACT_WORDS * 4);
     float *stat = (float *)(rest + ACT_WORDS * 4 + PART_SLOTS * 512);
-    __shared__ int bad;
-    if (threadIdx.x >= NC) return;
+    uint8_t *scr = rest + ACT_WORDS * 4 + PART_SLOTS * 512 + 256;
+    __shared__ int bad, done;
+    __shared__ __align__(8) u64 sbar[2];
+    if (threadIdx.x == 0) {
+        done = 0;
+        dr_mbar_init(&sbar[0], 1);
+        dr_mbar_init(&sbar[1], 1);
+        dr_fence_mbar_init();
+    }
+    __syncthreads();
+    if (threadIdx.x >= NC) {
+        if (V == V_STREAM && threadIdx.x == NC) { /* the stream: two 16 KB copies in flight until the chain is done */
+            const u64 pol = dr_policy_evict_first();
+            const uint8_t *src = A.big + (size_t)blockIdx.x * BIG_PER_SM;
+            unsigned n = 0, c = 0; /* copies issued, completed */
+            bool ok = true;
+            while (ok && !*(volatile int *)&done) {
+                if (n - c == 2) ok = dr_mbar_wait(&sbar[c & 1], (c >> 1) & 1u, A.deadline_ns), c++;
+                if (!ok) break;
+                dr_mbar_expect_tx(&sbar[n & 1], SCR_BYTES);
+                dr_bulk_g2s_hint(scr + (n & 1) * SCR_BYTES, src + (size_t)n * SCR_BYTES % BIG_PER_SM, SCR_BYTES,
+                                 &sbar[n & 1], pol);
+                n++;
+            }
+            while (c < n && dr_mbar_wait(&sbar[c & 1], (c >> 1) & 1u, A.deadline_ns + 1000000000ull)) c++;
+            A.streamed[blockIdx.x] = (u64)c * SCR_BYTES;
+        }
+        return;
+    }
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, b = blockIdx.x;
     const bool has1 = b < SM1, has2 = b < SM2;
     const uint8_t *w1g = A.w1 + (size_t)2 * b * KT1 * TILE, *w2g = A.w2 + (size_t)b * KT2 * TILE;
@@ -256,6 +295,7 @@ __global__ void __launch_bounds__(NT, 1) lc_kernel(lc_args A) {
             ph[kind][4] += c5 - c4, cnt[kind]++;
         }
     }
+    if (tid == 0) done = 1;
     if (bad && tid == 0) atomicCAS(A.err, 0, bad);
     if (tid == 0 && A.phase) {
         u64 *q = A.phase + (size_t)b * (2 * NPHASE + 2);
@@ -323,8 +363,14 @@ int main() {
     CK(cudaMemcpy(b2, hb2.data(), D * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(nw, hnw.data(), D * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(nb, hnb.data(), D * 4, cudaMemcpyHostToDevice));
-    CK(cudaFuncSetAttribute(lc_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_RES));
-    CK(cudaFuncSetAttribute(lc_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_RES));
+    CK(cudaFuncSetAttribute(lc_kernel<V_RES>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_RES));
+    CK(cudaFuncSetAttribute(lc_kernel<V_GLB>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_GLB));
+    CK(cudaFuncSetAttribute(lc_kernel<V_STREAM>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_GLB));
+    uint8_t *big;
+    u64 *streamed;
+    CK(cudaMalloc(&big, (size_t)G * BIG_PER_SM));
+    CK(cudaMemset(big, 0x3c, (size_t)G * BIG_PER_SM));
+    CK(cudaMalloc(&streamed, (size_t)G * 8));
     int fails = 0;
     auto reset = [&](int nops) {
         CK(cudaMemset(buf, 0, (size_t)(nops + 1) * VW * 8));
@@ -341,14 +387,16 @@ int main() {
         CK(cudaMemcpy(&t, gt, 8, cudaMemcpyDeviceToHost));
         return t;
     };
-    auto run = [&](bool res, int o0, int o1, bool phases, float *us) {
-        lc_args a{buf, w1, w2, b1, b2, nw, nb, o0, o1, err, gnow() + 3000000000ull, phases ? phase : NULL};
+    auto run = [&](int v, int o0, int o1, bool phases, float *us) {
+        lc_args a{buf,   w1, w2, b1, b2, nw, nb, o0, o1, err, gnow() + 3000000000ull, phases ? phase : NULL,
+                  big, streamed};
         cudaEvent_t e0, e1;
         CK(cudaEventCreate(&e0));
         CK(cudaEventCreate(&e1));
         CK(cudaEventRecord(e0));
-        if (res) lc_kernel<true><<<G, NT, SMEM_RES>>>(a);
-        else lc_kernel<false><<<G, NT, SMEM_GLB>>>(a);
+        if (v == V_RES) lc_kernel<V_RES><<<G, NT, SMEM_RES>>>(a);
+        else if (v == V_GLB) lc_kernel<V_GLB><<<G, NT, SMEM_GLB>>>(a);
+        else lc_kernel<V_STREAM><<<G, NT, SMEM_GLB>>>(a);
         CK(cudaEventRecord(e1));
         CK(cudaEventSynchronize(e1));
         CK_LAUNCH();
@@ -361,8 +409,8 @@ int main() {
         CK(cudaMemcpy(&e, err, sizeof e, cudaMemcpyDeviceToHost));
         return e;
     };
-    for (int res = 1; res >= 0; res--) {
-        const char *vn = res ? "res" : "glb";
+    for (int res = 0; res < NV; res++) {
+        const char *vn = vname[res];
         /* the check: NCHECK ops in one launch against one launch an op, bit for bit, and finite */
         std::vector<u64> one(VW), each(VW);
         reset(NCHECK);
@@ -414,8 +462,17 @@ int main() {
         const double t2 = timed(2), tn = timed(NOPS);
         if (t2 < 0 || tn < 0) continue;
         const double pair = (tn - t2) / (PAIRS - 1);
-        printf("RESULT linchain | %s | %6.3f us a fc1+fc2 pair (%d ops %.1f us, 2 ops %.1f us)\n", vn, pair, NOPS, tn,
-               t2);
+        double gbs = 0;
+        if (res == V_STREAM) { /* the last timed launch's stream, all SMs, GB/s over its time */
+            std::vector<u64> hs(G);
+            CK(cudaMemcpy(hs.data(), streamed, (size_t)G * 8, cudaMemcpyDeviceToHost));
+            for (u64 x : hs) gbs += (double)x;
+            gbs = gbs / (tn * 1e-6) / 1e9;
+        }
+        printf("RESULT linchain | %-10s | %6.3f us a fc1+fc2 pair (%d ops %.1f us, 2 ops %.1f us)", vn, pair, NOPS,
+               tn, t2);
+        if (res == V_STREAM) printf(", streaming %.0f GB/s", gbs);
+        printf("\n");
         /* SM clock phases of the last timed launch: SM 0 (both kinds) and the mean over the SMs of each kind */
         std::vector<u64> hp((size_t)G * (2 * NPHASE + 2));
         CK(cudaMemcpy(hp.data(), phase, hp.size() * 8, cudaMemcpyDeviceToHost));
@@ -448,6 +505,8 @@ int main() {
     CK(cudaFree(phase));
     CK(cudaFree(err));
     CK(cudaFree(gt));
+    CK(cudaFree(big));
+    CK(cudaFree(streamed));
     return fails ? 1 : 0;
 }
 
