@@ -18,12 +18,14 @@
  * Barriers: fc1 4 (after the poll, the statistics, the normalise, the items), fc2 3. Variants:
  *   res  each SM's weights resident in shared memory (loaded once: the weight ring's ideal, never on the path)
  *   glb  the weights read from global memory in the items (L2-resident: 16 MB), as a step whose piece has not landed
- *   glb+stream  glb while the 16th warp of every SM streams a 1 GB buffer from HBM into shared memory by bulk copies
+ *   glb+stream  glb while the 16th warp of every SM with ops streams a 1 GB buffer from HBM into shared memory by bulk copies
  *        (16 KB, two in flight, L2 evict_first) as fast as they complete: the weight traffic the executor's
  *        producers make at bf16 (100 MB a pass), here at its most, to say whether the polls and the phases slow down
  *        under it (glb and glb+stream differ only in that traffic)
- * Output: RESULT lines "linchain | <variant> | <us> us a fc1+fc2 pair"; SM 0's clock phases per op (poll incl. the
- * wait for the producers, statistics, normalise/pack, items, epilogue); SUMMARY beside the kernel's figures.
+ * Output: RESULT lines "linchain | <variant> | <us> us a fc1+fc2 pair" (glb+stream: and the stream's GB/s, approximate:
+ * the last launch's bytes over the median time; a stream wait that timed out shows only as a low rate); the SM clock's
+ * phases per op, the mean over the SMs of each kind (poll incl. the wait for the producers, statistics,
+ * normalise/pack, items, epilogue); SUMMARY beside the kernel's figures.
  * Checks: the final vector of a 16-op chain in one launch is bit-identical to the same ops run one launch each (the
  * dataflow: no step read a stale or half-published input); every wait ends at a %globaltimer deadline (FAIL, not a
  * hang).
@@ -170,8 +172,11 @@ __global__ void __launch_bounds__(NT, 1) lc_kernel(lc_args A) {
             unsigned n = 0, c = 0; /* copies issued, completed */
             bool ok = true;
             while (ok && !*(volatile int *)&done) {
-                if (n - c == 2) ok = dr_mbar_wait(&sbar[c & 1], (c >> 1) & 1u, A.deadline_ns), c++;
-                if (!ok) break;
+                if (n - c == 2) { /* c counts only completed copies: a timed-out one is waited for again below */
+                    ok = dr_mbar_wait(&sbar[c & 1], (c >> 1) & 1u, A.deadline_ns);
+                    if (!ok) break;
+                    c++;
+                }
                 dr_mbar_expect_tx(&sbar[n & 1], SCR_BYTES);
                 dr_bulk_g2s_hint(scr + (n & 1) * SCR_BYTES, src + (size_t)n * SCR_BYTES % BIG_PER_SM, SCR_BYTES,
                                  &sbar[n & 1], pol);
