@@ -22,6 +22,8 @@
  *        (16 KB, two in flight, L2 evict_first) as fast as they complete: the weight traffic the executor's
  *        producers make at bf16 (100 MB a pass), here at its most, to say whether the polls and the phases slow down
  *        under it (glb and glb+stream differ only in that traffic)
+ *   res+backoff  res with every waiting thread sleeping 200 ns between re-reads of its missing words: ~130 SMs x 480
+ *        threads re-reading L2 words nonstop may load the L2 that the working SMs' polls and publishes go through
  * Output: RESULT lines "linchain | <variant> | <us> us a fc1+fc2 pair" (glb+stream: and the stream's GB/s, approximate:
  * the last launch's bytes over the median time; a stream wait that timed out shows only as a low rate); the SM clock's
  * phases per op, the mean over the SMs of each kind (poll incl. the wait for the producers, statistics,
@@ -80,6 +82,7 @@ __device__ __forceinline__ void bar_nc(void) { asm volatile("bar.sync 1, %0;" ::
 
 /* poll words [0, n) of in (epoch E) into xs as floats: thread tid takes tid, tid + NC, ... in rounds of 8 in flight,
  * the missing words re-read together; 0 on timeout */
+template <int BACKOFF>
 __device__ __forceinline__ int lc_poll(const u64 *in, int n, unsigned E, float *xs, u64 deadline) {
     for (int base = threadIdx.x; base < n; base += NC * 8) {
         u64 w[8];
@@ -95,6 +98,7 @@ __device__ __forceinline__ int lc_poll(const u64 *in, int n, unsigned E, float *
             for (int u = 0; u < 8; u++) miss |= (unsigned)((unsigned)(w[u] >> 32) != E) << u;
             if (!miss) break;
             if ((++spins & 255u) == 0 && dr_gtimer() > deadline) return 0;
+            if (BACKOFF) __nanosleep(BACKOFF);
 #pragma unroll
             for (int u = 0; u < 8; u++)
                 if ((miss >> u) & 1u) w[u] = dr_ld_ll(in + base + u * NC);
@@ -142,12 +146,13 @@ __device__ __forceinline__ float lc_cval(const float4 *part, int slot, int r) {
     return ((const float *)&part[slot * 32 + ln])[e];
 }
 
-enum { V_RES = 0, V_GLB = 1, V_STREAM = 2, NV = 3 };
-static const char *vname[NV] = {"res", "glb", "glb+stream"};
+enum { V_RES = 0, V_GLB = 1, V_STREAM = 2, V_BACKOFF = 3, NV = 4 };
+static const char *vname[NV] = {"res", "glb", "glb+stream", "res+backoff"};
 
 template <int V>
 __global__ void __launch_bounds__(NT, 1) lc_kernel(lc_args A) {
-    constexpr bool RES = V == V_RES;
+    constexpr bool RES = V == V_RES || V == V_BACKOFF;
+    constexpr int BACK = V == V_BACKOFF ? 200 : 0; /* ns a waiting thread sleeps between re-reads */
     extern __shared__ __align__(128) uint8_t sm[];
     uint8_t *w1s = sm, *w2s = sm + W1_BYTES;
     uint8_t *rest = RES ? sm + W1_BYTES + W2_BYTES : sm;
@@ -218,7 +223,7 @@ __global__ void __launch_bounds__(NT, 1) lc_kernel(lc_args A) {
         if (!(kind ? has2 : has1)) continue;
         u64 c0 = dr_clock(), c1, c2, c3, c4, c5;
         if (kind == 0) {
-            if (!lc_poll(in, D, E, actf, A.deadline_ns)) bad = 1 + o;
+            if (!lc_poll<BACK>(in, D, E, actf, A.deadline_ns)) bad = 1 + o;
             bar_nc();
             c1 = dr_clock();
             if (bad) break;
@@ -263,7 +268,7 @@ __global__ void __launch_bounds__(NT, 1) lc_kernel(lc_args A) {
             /* the residual (the previous fc1's input: slot o - 1, epoch o), published long ago: loads issued first */
             const u64 *rin = A.buf + (size_t)(o - 1) * VW + b * 16 + tid;
             u64 rw = tid < 16 ? dr_ld_ll(rin) : 0;
-            if (!lc_poll(in, F, E, actf, A.deadline_ns)) bad = 1 + o;
+            if (!lc_poll<BACK>(in, F, E, actf, A.deadline_ns)) bad = 1 + o;
             bar_nc();
             c1 = c2 = dr_clock();
             if (bad) break;
@@ -371,6 +376,7 @@ int main() {
     CK(cudaFuncSetAttribute(lc_kernel<V_RES>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_RES));
     CK(cudaFuncSetAttribute(lc_kernel<V_GLB>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_GLB));
     CK(cudaFuncSetAttribute(lc_kernel<V_STREAM>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_GLB));
+    CK(cudaFuncSetAttribute(lc_kernel<V_BACKOFF>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_RES));
     uint8_t *big;
     u64 *streamed;
     CK(cudaMalloc(&big, (size_t)G * BIG_PER_SM));
@@ -401,7 +407,8 @@ int main() {
         CK(cudaEventRecord(e0));
         if (v == V_RES) lc_kernel<V_RES><<<G, NT, SMEM_RES>>>(a);
         else if (v == V_GLB) lc_kernel<V_GLB><<<G, NT, SMEM_GLB>>>(a);
-        else lc_kernel<V_STREAM><<<G, NT, SMEM_GLB>>>(a);
+        else if (v == V_STREAM) lc_kernel<V_STREAM><<<G, NT, SMEM_GLB>>>(a);
+        else lc_kernel<V_BACKOFF><<<G, NT, SMEM_RES>>>(a);
         CK(cudaEventRecord(e1));
         CK(cudaEventSynchronize(e1));
         CK_LAUNCH();
