@@ -10,8 +10,9 @@
 #               one exec_ab frame: throughput, occupancy, warp states, memory; the whole reports in work.tgz)
 #   PART=icache: dev/cuda/derisk/icache.cu (instruction-cache sizes and the cost of cold code, ~20 s with its build);
 #               put it first: PART="icache check speed"
-#   PART=linchain: dev/cuda/derisk/linchain.cu and chain.cu (the lean linear step's chain floor beside the bare
-#               chain's, ~60 s with their builds); with speed after it, the executor's timeline of the same call
+#   PART=linchain: dev/cuda/derisk/linchain.cu, layerchain.cu and chain.cu (the lean linear step's chain and the
+#               three-hop layer's beside the bare chain's, ~90 s with their builds); with speed after it, the
+#               executor's timeline of the same call
 # Writes $OUT/summary.txt, $OUT/work.tgz (logs); speed also $OUT/bench.jsonl, $OUT/torch_gpt.json,
 # $OUT/torch_csm.json, $OUT/timeline.md.     OUT=$OUT PART=check bash dev/cuda/land_call.sh
 CALL=land source "$(dirname "$0")/call_env.sh"
@@ -22,8 +23,9 @@ if [[ $PART == *icache* ]] && fits 40 "icache"; then
     log "icache rc $? ($(el))"
     grep -E "^(SUMMARY|FAIL)|warps  4 blocks +[0-9]{3}" "$R/derisk/derisk.txt" | tee -a "$S"
 fi
-if [[ $PART == *linchain* ]] && fits 90 "linchain"; then
-    OUT=$R/derisk BUILD=$R/derisk/build BUDGET_S=90 bash dev/cuda/derisk/run.sh linchain chain >"$R/linchain_run.log" 2>&1
+if [[ $PART == *linchain* ]] && fits 150 "linchain"; then
+    OUT=$R/derisk BUILD=$R/derisk/build BUDGET_S=150 bash dev/cuda/derisk/run.sh linchain layerchain chain \
+        >"$R/linchain_run.log" 2>&1
     log "linchain rc $? ($(el))"
     grep -E "^(RESULT|SUMMARY|FAIL|check|phases)" "$R/derisk/derisk.txt" | sed -e 's/   */ /g' | tee -a "$S"
 fi

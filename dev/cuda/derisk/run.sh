@@ -14,19 +14,21 @@
 #               the latency executor design's per-op floor
 #   linchain.cu a chain of complete, lean linear steps (GPT fc1 / fc2 alternating, the engine's arithmetic) through
 #               every SM: the latency executor's step at its floor, weights resident or from L2
+#   layerchain.cu  a GPT layer in three hops (attention and the out chunk's partial on clusters of 8 sharing q/k/v
+#               through DSMEM; the out sum in fc1's step), lean, through every SM: the fused design's floor
 #   stage.cu    the phases of a latency-executor step (poll, norm statistics, normalise, mma items) on one SM
 #               in isolation, with the library's device functions (hence -I ../../../src -I ../../../include)
 #   icache.cu   instruction fetch: how much code an SM keeps hot (straight-line and jumping), what a cold KB costs
 # Builds for sm_90a into $BUILD (default dev/cuda/derisk/build, git-ignored by the lead), runs each program under
 # a timeout (at most 120 s each, and all of it within a ~170 s budget), writes everything to $OUT/derisk.txt
 # (default OUT=/tmp/derisk; per-program logs and build logs beside it) and prints a compact summary last.
-#   OUT=/tmp/x dev/cuda/derisk/run.sh [ring] [cluster] [wgmma] [mma_swap] [wgmma_bits] [tput_linear] [stage] [chain] [linchain] [icache]
+#   OUT=/tmp/x dev/cuda/derisk/run.sh [ring] [cluster] [wgmma] [mma_swap] [wgmma_bits] [tput_linear] [stage] [chain] [linchain] [layerchain] [icache]
 #   (default: all)
 set -u -o pipefail
 cd "$(dirname "$0")"
 OUT=${OUT:-/tmp/derisk}
 BUILD=${BUILD:-build}
-PROGS=${*:-ring cluster wgmma mma_swap wgmma_bits tput_linear stage chain linchain icache}
+PROGS=${*:-ring cluster wgmma mma_swap wgmma_bits tput_linear stage chain linchain layerchain icache}
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 FLAGS="-O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -I ../../../src -I ../../../include"
 BUDGET_S=${BUDGET_S:-170}
@@ -47,7 +49,7 @@ R="$OUT/derisk.txt"
 for p in $PROGS; do
     rm -f "$BUILD/$p" # a failed build must not leave an older binary to run
     extra= # the programs that run the library's arithmetic build as the library does (Makefile: -fmad=false)
-    case $p in linchain | stage) extra=-fmad=false ;; esac
+    case $p in linchain | layerchain | stage) extra=-fmad=false ;; esac
     "$NVCC" $FLAGS $extra "$p.cu" -o "$BUILD/$p" >"$OUT/build_$p.log" 2>&1 &
 done
 wait
@@ -87,9 +89,9 @@ done
 # summary: the device lines, every result row (spaces squeezed), the one-line summaries, and every FAIL/SKIP
 echo
 echo "==== derisk summary (full output: $R)"
-grep -E "^# (ring|cluster|wgmma|mma_swap|wgmma_bits|tput_linear|stage|chain|linchain|icache)( on |: SM clock)" "$R" | head -2
+grep -E "^# (ring|cluster|wgmma|mma_swap|wgmma_bits|tput_linear|stage|chain|linchain|layerchain|icache)( on |: SM clock)" "$R" | head -2
 grep -E "^RESULT " "$R" | sed -e 's/^RESULT //' -e 's/   */ /g'
-grep -E "^(check|phases) linchain" "$R" | sed -e 's/   */ /g'
+grep -E "^(check|phases) (linchain|layerchain)" "$R" | sed -e 's/   */ /g'
 grep -E "^SUMMARY " "$R"
 nf=$(grep -cE "^FAIL" "$R")
 grep -E "^(FAIL|SKIP)" "$R" | head -20

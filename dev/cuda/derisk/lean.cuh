@@ -1,0 +1,81 @@
+/* The lean latency-executor step pieces shared by linchain.cu and layerchain.cu (lab code, not the library): the
+ * compute warps' barrier, the LL poll, one chunk of mma.sync against a packed row (lt_chunk's bf16 path), and the C
+ * fragment element of an output row. Token 0 only (batch 1). */
+#pragma once
+#include "derisk.cuh"
+
+#include "cuda/cu_mma.cuh"
+
+#define NC 480 /* compute threads (lt_kernel's LT_NC); a 16th warp idles where lt_kernel has its producer */
+#define NW (NC / 32)
+#define NT (NC + 32)
+#define TILE 512 /* bytes of one bf16 m16 x k16 tile in the fragment layout */
+
+__device__ __forceinline__ void bar_nc(void) { asm volatile("bar.sync 1, %0;" ::"n"(NC) : "memory"); }
+
+/* poll words [0, n) of in (epoch E) into xs as floats: thread tid takes tid, tid + NC, ... in rounds of 8 in flight,
+ * the missing words re-read together; 0 on timeout */
+template <int BACKOFF>
+__device__ __forceinline__ int lc_poll(const u64 *in, int n, unsigned E, float *xs, u64 deadline) {
+    for (int base = threadIdx.x; base < n; base += NC * 8) {
+        u64 w[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int idx = base + u * NC;
+            w[u] = idx < n ? dr_ld_ll(in + idx) : (u64)E << 32;
+        }
+        unsigned spins = 0;
+        for (;;) {
+            unsigned miss = 0;
+#pragma unroll
+            for (int u = 0; u < 8; u++) miss |= (unsigned)((unsigned)(w[u] >> 32) != E) << u;
+            if (!miss) break;
+            if ((++spins & 255u) == 0 && dr_gtimer() > deadline) return 0;
+            if (BACKOFF) __nanosleep(BACKOFF);
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                if ((miss >> u) & 1u) w[u] = dr_ld_ll(in + base + u * NC);
+        }
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int idx = base + u * NC;
+            if (idx < n) xs[idx] = __uint_as_float((unsigned)w[u]);
+        }
+    }
+    return 1;
+}
+
+/* one chunk (CU_CKT k-tiles) of one m-tile against the packed row act (token 0 only: B1), lt_chunk's bf16 path: all
+ * fragment loads in flight, then per k-tile the hi term and the lo term (cu_ktile) */
+template <bool SMEM>
+__device__ __forceinline__ void lc_chunk(float (&p)[4], const uint8_t *wt, const uint32_t *act, int lane) {
+    const int g = lane >> 2, cq = lane & 3;
+    cu_raw_frag raw[CU_CKT];
+#pragma unroll
+    for (int i = 0; i < CU_CKT; i++) cu_load_raw<DD_BF16, SMEM>(raw[i], wt + (size_t)i * TILE, lane);
+    float d[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+    for (int i = 0; i < CU_CKT; i++) {
+        uint32_t b[1][4] = {{0u, 0u, 0u, 0u}};
+        if (g == 0) {
+            const uint2 l0 = *(const uint2 *)(act + i * 16 + 2 * cq), l8 = *(const uint2 *)(act + i * 16 + 8 + 2 * cq);
+            b[0][0] = cu_hi_pair(l0.x, l0.y);
+            b[0][1] = cu_hi_pair(l8.x, l8.y);
+            b[0][2] = cu_lo_pair(l0.x, l0.y);
+            b[0][3] = cu_lo_pair(l8.x, l8.y);
+        }
+        cu_afrag A;
+        cu_make_a<DD_BF16, WM_BF16>(A, raw[i], cu_mat{}, 0, 0, lane);
+        cu_ktile<WM_BF16, 1>(d, A, b);
+    }
+#pragma unroll
+    for (int e = 0; e < 4; e++) p[e] = d[0][e];
+}
+
+/* output row r (0..15) of an m-tile, token 0: the lane and element of the C fragment that hold it (lt_linear's
+ * epilogue with t = 0) */
+__device__ __forceinline__ float lc_cval(const float4 *part, int slot, int r) {
+    const int ln = (r & 7) * 4, e = (r >> 3) << 1;
+    return ((const float *)&part[slot * 32 + ln])[e];
+}
+
