@@ -75,7 +75,7 @@ struct ly_args {
     const float *kc, *vc;           /* [NPAIR][2][PCMAX][HD] */
     int pc;                         /* cached positions (the new one is position pc) */
     int l0, l1;                     /* layers [l0, l1) in this launch */
-    int *err;                       /* 0 ok; 1 + layer: a wait timed out there */
+    int *err;                       /* 0 ok; 1: a wait timed out */
     u64 deadline_ns;
     u64 *phase;                     /* [G][3][NPH] SM cycles summed, then [G][3] counts */
 };
@@ -117,6 +117,7 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
         for (int k = 0; k < 3; k++)
             for (int i = 0; i <= NPH; i++) ph[k][i] = 0;
     __syncthreads();
+    if (V == V_CL) dr_cluster_sync_any(); /* every CTA of the cluster has started before any DSMEM store into it */
     auto mark = [&](int i) {
         if (tid == 0) mk[i] = dr_clock();
     };
