@@ -14,8 +14,9 @@
 #               the latency executor design's per-op floor
 #   linchain.cu a chain of complete, lean linear steps (GPT fc1 / fc2 alternating, the engine's arithmetic) through
 #               every SM: the latency executor's step at its floor, weights resident or from L2
-#   layerchain.cu  a GPT layer in three hops (attention and the out chunk's partial on clusters of 8 sharing q/k/v
-#               through DSMEM; the out sum in fc1's step), lean, through every SM: the fused design's floor
+#   layerchain.cu  GPT B1 passes of four three-hop layers (attention and the out chunk's partial on clusters of 8
+#               sharing q/k/v through DSMEM; the out sum in fc1's step), the head and the exact sampler, lean, through
+#               every SM: the fused design's frame floor
 #   stage.cu    the phases of a latency-executor step (poll, norm statistics, normalise, mma items) on one SM
 #               in isolation, with the library's device functions (hence -I ../../../src -I ../../../include)
 #   icache.cu   instruction fetch: how much code an SM keeps hot (straight-line and jumping), what a cold KB costs
