@@ -23,7 +23,8 @@
  * exchange among the 8 SMs of a pair instead, every SM of the device). PC 16 (a frame's mean) and 31 (its last pass).
  * Output: RESULT lines "layerchain | <variant> PC <n> | <us> us a pass (4 layers, head, sampling)"; the SM clock's
  * phases per step kind (mean over the SMs that run it); SUMMARY: x 31 passes a frame beside the 1.5 ms bar.
- * Checks: the vector after 2 passes in one launch is bit-identical to the same layers run one launch each; finite.
+ * Checks: 2 passes in one launch against the same layers one launch each: the next pass's x, and each pass's last
+ * layer output and logits, bit for bit, finite, with their epochs.
  * Every wait ends at a %globaltimer deadline (then the step goes on with what it has, so every barrier is still
  * reached: a FAIL line, not a hang).
  *   nvcc -O3 -std=c++17 -fmad=false -gencode=arch=compute_90a,code=sm_90a -I src -I include \
@@ -632,13 +633,21 @@ int main() {
         const int G = v == V_CL ? CL * std::min(maxcl, 16) : nsm;
         for (int pc : {16, PCMAX}) {
             /* the check: NCHK layers (2 passes, heads and samplers included) in one launch against a launch a layer */
-            std::vector<u64> one(D), each(D);
+            /* the next pass's x (a table row: it says only whether the codes agree), then each pass's XF and logits */
+            const int NF = D + VOC, NW8 = D + (NCHK / NLP) * NF;
+            std::vector<u64> one(NW8), each(NW8);
+            auto grab = [&](std::vector<u64> &h) {
+                CK(cudaMemcpy(h.data(), a0.buf + (size_t)NCHK * LW + OFF_X, D * 8, cudaMemcpyDeviceToHost));
+                for (int p = 0; p < NCHK / NLP; p++)
+                    CK(cudaMemcpy(h.data() + D + p * NF, a0.buf + (size_t)(p * NLP + NLP - 1) * LW + OFF_XF, NF * 8,
+                                  cudaMemcpyDeviceToHost));
+            };
             reset(NCHK);
             int e = run(v, pc, 0, NCHK, false, NULL);
-            CK(cudaMemcpy(one.data(), a0.buf + (size_t)NCHK * LW + OFF_X, D * 8, cudaMemcpyDeviceToHost));
+            grab(one);
             reset(NCHK);
             for (int l = 0; l < NCHK && !e; l++) e = run(v, pc, l, l + 1, false, NULL);
-            CK(cudaMemcpy(each.data(), a0.buf + (size_t)NCHK * LW + OFF_X, D * 8, cudaMemcpyDeviceToHost));
+            grab(each);
             if (e) {
                 printf("FAIL layerchain %s PC %d: a wait timed out\n", vname[v], pc);
                 fails++;
@@ -646,9 +655,10 @@ int main() {
             }
             int diff = 0, epoch = 0, nonfin = 0;
             double mag = 0;
-            for (int k = 0; k < D; k++) {
+            for (int k = 0; k < NW8; k++) {
+                const unsigned ex = k < D ? (unsigned)NCHK + 1u : (unsigned)(((k - D) / NF) * NLP + NLP);
                 diff += one[k] != each[k];
-                epoch += (unsigned)(one[k] >> 32) != (unsigned)NCHK + 1u;
+                epoch += (unsigned)(one[k] >> 32) != ex;
                 float x;
                 uint32_t u = (uint32_t)one[k];
                 memcpy(&x, &u, 4);
@@ -656,8 +666,8 @@ int main() {
                 mag += fabs((double)x);
             }
             printf("check layerchain %s PC %d (%d SMs): %d layers in one launch vs one launch a layer: %d of %d words "
-                   "differ, %d wrong epochs, %d non-finite, mean |x| %.3f\n",
-                   vname[v], pc, G, NCHK, diff, D, epoch, nonfin, mag / D);
+                   "differ (x, then each pass's XF and logits), %d wrong epochs, %d non-finite, mean |x| %.3f\n",
+                   vname[v], pc, G, NCHK, diff, NW8, epoch, nonfin, mag / NW8);
             if (diff || epoch || nonfin) {
                 printf("FAIL layerchain %s PC %d: the chain's result is not the layer-by-layer result\n", vname[v], pc);
                 fails++;
