@@ -186,27 +186,7 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
             poll(L + OFF_X, D, E, xs);
             bar_nc();
             mark(1);
-            if (warp == 0) {
-                float mean, rstd;
-                cu_row_stats([&](int k) { return xs[k]; }, D, DD_NORM_LAYER, 1e-5f, lane, mean, rstd);
-                if (lane == 0) stat[0] = mean, stat[1] = rstd;
-            }
-            bar_nc();
-            mark(2);
-            {
-                const float mean = stat[0], rstd = stat[1];
-#pragma unroll
-                for (int i = 0; i < 3; i++) {
-                    const int k = tid + i * NC;
-                    if (k < D) {
-                        float n = (xs[k] - mean) * rstd;
-                        n = n * n1w[i];
-                        n = n + n1b[i];
-                        act[k] = cu_split_pack(n);
-                    }
-                }
-            }
-            bar_nc();
+            lc_ln_pack(xs, D, n1w, n1b, act, stat, [&] { mark(2); });
             mark(3);
             for (int it = warp; it < 3 * NCHD; it += NW) { /* chunk-major over the 3 m-tiles (q, k, v) */
                 const int ci = it / 3, mtl = it - ci * 3;
@@ -219,9 +199,7 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
             mark(4);
             if (tid < 48) { /* row (tid & 15) of m-tile tid >> 4: its chunks in order, + bias; to every SM of the pair */
                 const int mtl = tid >> 4, rr = tid & 15, idx = mtl * 2 * HD + r * 16 + rr;
-                float a = 0.0f;
-#pragma unroll
-                for (int ci = 0; ci < NCHD; ci++) a = a + lc_cval(part, ci * 3 + mtl, rr);
+                float a = lc_fold(part, NCHD, 3, mtl, rr);
                 a = a + bqr;
                 if (V == V_CL) {
 #pragma unroll 1
@@ -310,27 +288,7 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
             }
             bar_nc();
             mark(2);
-            if (warp == 0) {
-                float mean, rstd;
-                cu_row_stats([&](int k) { return xs[k]; }, D, DD_NORM_LAYER, 1e-5f, lane, mean, rstd);
-                if (lane == 0) stat[0] = mean, stat[1] = rstd;
-            }
-            bar_nc();
-            mark(3);
-            {
-                const float mean = stat[0], rstd = stat[1];
-#pragma unroll
-                for (int i = 0; i < 3; i++) {
-                    const int k = tid + i * NC;
-                    if (k < D) {
-                        float n = (xs[k] - mean) * rstd;
-                        n = n * n2w[i];
-                        n = n + n2b[i];
-                        act[k] = cu_split_pack(n);
-                    }
-                }
-            }
-            bar_nc();
+            lc_ln_pack(xs, D, n2w, n2b, act, stat, [&] { mark(3); });
             mark(4);
             for (int it = warp; it < nu * NCHD; it += NW) {
                 const int ci = it / nu, mtl = it - ci * nu;
@@ -342,9 +300,7 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
             mark(5);
             if (tid < 16 * nu) {
                 const int mtl = tid >> 4, rr = tid & 15;
-                float a = 0.0f;
-#pragma unroll
-                for (int ci = 0; ci < NCHD; ci++) a = a + lc_cval(part, ci * nu + mtl, rr);
+                float a = lc_fold(part, NCHD, nu, mtl, rr);
                 a = a + b1r;
                 const float e = erff(a * 0.70710678118654752f);
                 dr_st_ll(L + OFF_HH + u0 * 16 + tid, 0.5f * a * (1.0f + e), E);
@@ -382,9 +338,7 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
                         break;
                     }
                 }
-                float a = 0.0f;
-#pragma unroll 8
-                for (int ci = 0; ci < NCHF; ci++) a = a + lc_cval(part, ci, tid);
+                float a = lc_fold(part, NCHF, 1, 0, tid);
                 a = a + b2r;
                 a = a + __uint_as_float((unsigned)rw);
                 if (li % NLP == NLP - 1) dr_st_ll(L + OFF_XF + b * 16 + tid, a, E);
@@ -401,27 +355,7 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
             poll(L + OFF_XF, D, E, xs);
             bar_nc();
             mark(1);
-            if (warp == 0) {
-                float mean, rstd;
-                cu_row_stats([&](int k) { return xs[k]; }, D, DD_NORM_LAYER, 1e-5f, lane, mean, rstd);
-                if (lane == 0) stat[0] = mean, stat[1] = rstd;
-            }
-            bar_nc();
-            mark(2);
-            {
-                const float mean = stat[0], rstd = stat[1];
-#pragma unroll
-                for (int i = 0; i < 3; i++) {
-                    const int k = tid + i * NC;
-                    if (k < D) {
-                        float n = (xs[k] - mean) * rstd;
-                        n = n * nfw[i];
-                        n = n + nfb[i];
-                        act[k] = cu_split_pack(n);
-                    }
-                }
-            }
-            bar_nc();
+            lc_ln_pack(xs, D, nfw, nfb, act, stat, [&] { mark(2); });
             mark(3);
             for (int it = warp; it < nh * NCHD; it += NW) {
                 const int ci = it / nh, mtl = it - ci * nh;
@@ -433,10 +367,7 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
             mark(4);
             if (tid < 16 * nh) {
                 const int mtl = tid >> 4, rr = tid & 15;
-                float a = 0.0f;
-#pragma unroll
-                for (int ci = 0; ci < NCHD; ci++) a = a + lc_cval(part, ci * nh + mtl, rr);
-                dr_st_ll(L + OFF_LG + h0 * 16 + tid, a, E);
+                dr_st_ll(L + OFF_LG + h0 * 16 + tid, lc_fold(part, NCHD, nh, mtl, rr), E);
             }
             mark(5);
             close(3, 5);

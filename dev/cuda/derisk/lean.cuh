@@ -79,3 +79,40 @@ __device__ __forceinline__ float lc_cval(const float4 *part, int slot, int r) {
     return ((const float *)&part[slot * 32 + ln])[e];
 }
 
+
+/* LayerNorm of the row xs[0, n) (n <= 3 NC) packed into act: one warp's statistics (cu_row_stats, the engine's
+ * order), a barrier, `between()`, then every thread normalises its elements k = tid + i NC with cu_norm_val's
+ * arithmetic (weights w, b of those elements in registers) into hi/lo words, and a barrier. stat: 2 floats of
+ * shared memory. */
+template <class F>
+__device__ __forceinline__ void lc_ln_pack(const float *xs, int n, const float (&w)[3], const float (&b)[3],
+                                           uint32_t *act, float *stat, F between) {
+    const int tid = threadIdx.x, lane = tid & 31;
+    if (tid < 32) {
+        float mean, rstd;
+        cu_row_stats([&](int k) { return xs[k]; }, n, DD_NORM_LAYER, 1e-5f, lane, mean, rstd);
+        if (lane == 0) stat[0] = mean, stat[1] = rstd;
+    }
+    bar_nc();
+    between();
+    const float mean = stat[0], rstd = stat[1];
+#pragma unroll
+    for (int i = 0; i < 3; i++) {
+        const int k = tid + i * NC;
+        if (k < n) {
+            float v = (xs[k] - mean) * rstd;
+            v = v * w[i];
+            v = v + b[i];
+            act[k] = cu_split_pack(v);
+        }
+    }
+    bar_nc();
+}
+
+/* output row r of the m-tile whose chunk c partial is in slot c * stride + off: the chunks summed in order from +0 */
+__device__ __forceinline__ float lc_fold(const float4 *part, int nch, int stride, int off, int r) {
+    float a = 0.0f;
+#pragma unroll 8
+    for (int c = 0; c < nch; c++) a = a + lc_cval(part, c * stride + off, r);
+    return a;
+}

@@ -155,25 +155,7 @@ __global__ void __launch_bounds__(NT, 1) lc_kernel(lc_args A) {
             bar_nc();
             c1 = dr_clock();
             if (bad) break;
-            if (warp == 0) {
-                float mean, rstd;
-                cu_row_stats([&](int k) { return actf[k]; }, D, DD_NORM_LAYER, 1e-5f, lane, mean, rstd);
-                if (lane == 0) stat[0] = mean, stat[1] = rstd;
-            }
-            bar_nc();
-            c2 = dr_clock();
-            const float mean = stat[0], rstd = stat[1];
-#pragma unroll
-            for (int i = 0; i < 3; i++) { /* cu_norm_val's arithmetic with the weights in registers */
-                const int k = tid + i * NC;
-                if (k < D) {
-                    float n = (actf[k] - mean) * rstd;
-                    n = n * nwr[i];
-                    n = n + nbr[i];
-                    act[k] = cu_split_pack(n);
-                }
-            }
-            bar_nc();
+            lc_ln_pack(actf, D, nwr, nbr, act, stat, [&] { c2 = dr_clock(); });
             c3 = dr_clock();
             for (int it = warp; it < 2 * NCH1; it += NW) { /* lt_linear's item order: chunk-major over the 2 m-tiles */
                 const int ci = it >> 1, mtl = it & 1;
@@ -185,9 +167,7 @@ __global__ void __launch_bounds__(NT, 1) lc_kernel(lc_args A) {
             c4 = dr_clock();
             if (tid < 32) { /* output j = tid: m-tile tid / 16, row tid % 16 */
                 const int ul = tid >> 4, r = tid & 15;
-                float a = 0.0f;
-#pragma unroll
-                for (int c = 0; c < NCH1; c++) a = a + lc_cval(part, c * 2 + ul, r);
+                float a = lc_fold(part, NCH1, 2, ul, r);
                 a = a + b1r;
                 const float e = erff(a * 0.70710678118654752f);
                 dr_st_ll(out + 2 * b * 16 + tid, 0.5f * a * (1.0f + e), Eo);
@@ -219,9 +199,7 @@ __global__ void __launch_bounds__(NT, 1) lc_kernel(lc_args A) {
                         break;
                     }
                 }
-                float a = 0.0f;
-#pragma unroll 8
-                for (int c = 0; c < NCH2; c++) a = a + lc_cval(part, c, tid);
+                float a = lc_fold(part, NCH2, 1, 0, tid);
                 a = a + b2r;
                 a = a + __uint_as_float((unsigned)rw);
                 dr_st_ll(out + b * 16 + tid, a, Eo);
