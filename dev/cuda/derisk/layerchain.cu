@@ -188,13 +188,9 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
             mark(1);
             lc_ln_pack(xs, D, n1w, n1b, act, stat, [&] { mark(2); });
             mark(3);
-            for (int it = warp; it < 3 * NCHD; it += NW) { /* chunk-major over the 3 m-tiles (q, k, v) */
-                const int ci = it / 3, mtl = it - ci * 3;
-                const int mt = mtl * (D / 16) + pair * (2 * HD / 16) + r;
-                float p[4];
-                lc_chunk<false>(p, A.wq + ((size_t)mt * KTD + ci * CU_CKT) * TILE, act + ci * CU_CKT * 16, lane);
-                part[(ci * 3 + mtl) * 32 + lane] = make_float4(p[0], p[1], p[2], p[3]);
-            }
+            lc_items<false>(part, 3, NCHD, act, [&](int mtl, int ci) { /* the pair's q, k, v m-tiles of rank r */
+                return A.wq + ((size_t)(mtl * (D / 16) + pair * (2 * HD / 16) + r) * KTD + ci * CU_CKT) * TILE;
+            });
             bar_nc();
             mark(4);
             if (tid < 48) { /* row (tid & 15) of m-tile tid >> 4: its chunks in order, + bias; to every SM of the pair */
@@ -290,12 +286,8 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
             mark(2);
             lc_ln_pack(xs, D, n2w, n2b, act, stat, [&] { mark(3); });
             mark(4);
-            for (int it = warp; it < nu * NCHD; it += NW) {
-                const int ci = it / nu, mtl = it - ci * nu;
-                float p[4];
-                lc_chunk<false>(p, A.w1 + ((size_t)(u0 + mtl) * KTD + ci * CU_CKT) * TILE, act + ci * CU_CKT * 16, lane);
-                part[(ci * nu + mtl) * 32 + lane] = make_float4(p[0], p[1], p[2], p[3]);
-            }
+            lc_items<false>(part, nu, NCHD, act,
+                            [&](int mtl, int ci) { return A.w1 + ((size_t)(u0 + mtl) * KTD + ci * CU_CKT) * TILE; });
             bar_nc();
             mark(5);
             if (tid < 16 * nu) {
@@ -322,11 +314,7 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
             for (int k = tid; k < F; k += NC) act[k] = cu_split_pack(hs[k]);
             bar_nc();
             mark(3);
-            for (int it = warp; it < NCHF; it += NW) {
-                float p[4];
-                lc_chunk<false>(p, A.w2 + ((size_t)b * KTF + it * CU_CKT) * TILE, act + it * CU_CKT * 16, lane);
-                part[it * 32 + lane] = make_float4(p[0], p[1], p[2], p[3]);
-            }
+            lc_items<false>(part, 1, NCHF, act, [&](int, int ci) { return A.w2 + ((size_t)b * KTF + ci * CU_CKT) * TILE; });
             bar_nc();
             mark(4);
             if (tid < 16) {
@@ -357,12 +345,8 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
             mark(1);
             lc_ln_pack(xs, D, nfw, nfb, act, stat, [&] { mark(2); });
             mark(3);
-            for (int it = warp; it < nh * NCHD; it += NW) {
-                const int ci = it / nh, mtl = it - ci * nh;
-                float p[4];
-                lc_chunk<false>(p, A.wh + ((size_t)(h0 + mtl) * KTD + ci * CU_CKT) * TILE, act + ci * CU_CKT * 16, lane);
-                part[(ci * nh + mtl) * 32 + lane] = make_float4(p[0], p[1], p[2], p[3]);
-            }
+            lc_items<false>(part, nh, NCHD, act,
+                            [&](int mtl, int ci) { return A.wh + ((size_t)(h0 + mtl) * KTD + ci * CU_CKT) * TILE; });
             bar_nc();
             mark(4);
             if (tid < 16 * nh) {
@@ -410,15 +394,6 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
     if (V == V_CL) dr_cluster_sync_any(); /* no CTA leaves while a neighbour may still store into its memory */
 }
 
-__global__ void ly_gtimer(u64 *t) { *t = dr_gtimer(); }
-
-static uint16_t bf16_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
 int main() {
     double mhz = 0;
     const int nsm = dr_banner("layerchain", &mhz);
@@ -430,7 +405,7 @@ int main() {
     };
     auto tiles = [&](size_t n, float sc) {
         std::vector<uint16_t> v(n * TILE / 2);
-        for (auto &x : v) x = bf16_bits(sc * (rnd() + rnd() + rnd()));
+        for (auto &x : v) x = lc_bf16_bits(sc * (rnd() + rnd() + rnd()));
         return v;
     };
     auto vec = [&](int n, float base, float sc) {
@@ -442,7 +417,7 @@ int main() {
                                 h1 = tiles((size_t)MTF * KTD, 0.05f), h2 = tiles((size_t)(D / 16) * KTF, 0.02f),
                                 hh = tiles((size_t)MTV * KTD, 0.05f);
     std::vector<uint16_t> htab((size_t)VOC * D);
-    for (auto &x : htab) x = bf16_bits(rnd() + rnd());
+    for (auto &x : htab) x = lc_bf16_bits(rnd() + rnd());
     std::vector<float> hnoise((size_t)NPASS * VOC);
     for (auto &x : hnoise) { /* SPEC §3's Gumbel form of a uniform in (0, 1) */
         const double u = 0.5 * (rnd() + 1.0) * (1.0 - 0x1p-30) + 0x1p-31;
@@ -515,39 +490,28 @@ int main() {
         ly_args a = a0;
         a.pc = pc, a.l0 = l0, a.l1 = l1;
         a.phase = phases ? a0.phase : NULL;
-        ly_gtimer<<<1, 1>>>(gt);
+        lc_gtimer<<<1, 1>>>(gt);
         CK_LAUNCH();
         CK(cudaMemcpy(&a.deadline_ns, gt, 8, cudaMemcpyDeviceToHost));
         a.deadline_ns += 3000000000ull;
         const int G = v == V_CL ? CL * std::min(maxcl, 16) : nsm;
-        cudaEvent_t e0, e1;
-        CK(cudaEventCreate(&e0));
-        CK(cudaEventCreate(&e1));
-        CK(cudaEventRecord(e0));
-        if (v == V_CL) {
-            cudaLaunchConfig_t cfg = {};
-            cfg.gridDim = dim3(G);
-            cfg.blockDim = dim3(NC);
-            cfg.dynamicSmemBytes = SMEM_BYTES;
-            cudaLaunchAttribute at[1];
-            at[0].id = cudaLaunchAttributeClusterDimension;
-            at[0].val.clusterDim.x = CL, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
-            cfg.attrs = at, cfg.numAttrs = 1;
-            CK(cudaLaunchKernelEx(&cfg, ly_kernel<V_CL>, a));
-        } else {
-            ly_kernel<V_GL><<<G, NC, SMEM_BYTES>>>(a);
-        }
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        CK_LAUNCH();
-        float ms = 0;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (us) *us = ms * 1e3f;
-        CK(cudaEventDestroy(e0));
-        CK(cudaEventDestroy(e1));
-        int e = 0;
-        CK(cudaMemcpy(&e, a0.err, sizeof e, cudaMemcpyDeviceToHost));
-        return e;
+        return lc_timed(
+            [&] {
+                if (v == V_CL) {
+                    cudaLaunchConfig_t cfg = {};
+                    cfg.gridDim = dim3(G);
+                    cfg.blockDim = dim3(NC);
+                    cfg.dynamicSmemBytes = SMEM_BYTES;
+                    cudaLaunchAttribute at[1];
+                    at[0].id = cudaLaunchAttributeClusterDimension;
+                    at[0].val.clusterDim.x = CL, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+                    cfg.attrs = at, cfg.numAttrs = 1;
+                    CK(cudaLaunchKernelEx(&cfg, ly_kernel<V_CL>, a));
+                } else {
+                    ly_kernel<V_GL><<<G, NC, SMEM_BYTES>>>(a);
+                }
+            },
+            a0.err, us);
     };
     auto reset = [&](int nl) {
         CK(cudaMemset(a0.buf, 0, (size_t)(nl + 1) * LW * 8));

@@ -116,3 +116,45 @@ __device__ __forceinline__ float lc_fold(const float4 *part, int nch, int stride
     for (int c = 0; c < nch; c++) a = a + lc_cval(part, c * stride + off, r);
     return a;
 }
+
+/* the mma items of a step: nmt m-tiles x nch chunks over the compute warps, chunk-major (lt_linear's order); tile(mtl,
+ * ci) is the first weight tile of chunk ci of m-tile mtl; chunk ci of m-tile mtl's partial to slot ci nmt + mtl */
+template <bool SMEM, class TL>
+__device__ __forceinline__ void lc_items(float4 *part, int nmt, int nch, const uint32_t *act, TL tile) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int it = warp; it < nmt * nch; it += NW) {
+        const int ci = it / nmt, mtl = it - ci * nmt;
+        float p[4];
+        lc_chunk<SMEM>(p, tile(mtl, ci), act + ci * CU_CKT * 16, lane);
+        part[it * 32 + lane] = make_float4(p[0], p[1], p[2], p[3]);
+    }
+}
+
+__global__ void lc_gtimer(u64 *t) { *t = dr_gtimer(); }
+
+static uint16_t lc_bf16_bits(float f) { /* round to nearest even (finite inputs) */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* go() (a launch) between two events: its time in us to *us (when not NULL), then the device error word *err */
+template <class F> static int lc_timed(F go, const int *err, float *us) {
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    CK(cudaEventRecord(e0));
+    go();
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    CK_LAUNCH();
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    if (us) *us = ms * 1e3f;
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    int e = 0;
+    CK(cudaMemcpy(&e, err, sizeof e, cudaMemcpyDeviceToHost));
+    return e;
+}

@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(NT, 1) lc_kernel(lc_args A) {
         }
         return;
     }
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, b = blockIdx.x;
+    const int tid = threadIdx.x, b = blockIdx.x;
     const bool has1 = b < SM1, has2 = b < SM2;
     const uint8_t *w1g = A.w1 + (size_t)2 * b * KT1 * TILE, *w2g = A.w2 + (size_t)b * KT2 * TILE;
     if (tid == 0) bad = 0;
@@ -157,12 +157,7 @@ __global__ void __launch_bounds__(NT, 1) lc_kernel(lc_args A) {
             if (bad) break;
             lc_ln_pack(actf, D, nwr, nbr, act, stat, [&] { c2 = dr_clock(); });
             c3 = dr_clock();
-            for (int it = warp; it < 2 * NCH1; it += NW) { /* lt_linear's item order: chunk-major over the 2 m-tiles */
-                const int ci = it >> 1, mtl = it & 1;
-                float p[4];
-                lc_chunk<RES>(p, w1 + ((size_t)mtl * KT1 + ci * CU_CKT) * TILE, act + ci * CU_CKT * 16, lane);
-                part[(ci * 2 + mtl) * 32 + lane] = make_float4(p[0], p[1], p[2], p[3]);
-            }
+            lc_items<RES>(part, 2, NCH1, act, [&](int mtl, int ci) { return w1 + ((size_t)mtl * KT1 + ci * CU_CKT) * TILE; });
             bar_nc();
             c4 = dr_clock();
             if (tid < 32) { /* output j = tid: m-tile tid / 16, row tid % 16 */
@@ -183,11 +178,7 @@ __global__ void __launch_bounds__(NT, 1) lc_kernel(lc_args A) {
             for (int k = tid; k < F; k += NC) act[k] = cu_split_pack(actf[k]);
             bar_nc();
             c3 = dr_clock();
-            for (int it = warp; it < NCH2; it += NW) {
-                float p[4];
-                lc_chunk<RES>(p, w2 + (size_t)it * CU_CKT * TILE, act + it * CU_CKT * 16, lane);
-                part[it * 32 + lane] = make_float4(p[0], p[1], p[2], p[3]);
-            }
+            lc_items<RES>(part, 1, NCH2, act, [&](int, int ci) { return w2 + (size_t)ci * CU_CKT * TILE; });
             bar_nc();
             c4 = dr_clock();
             if (tid < 16) {
@@ -222,15 +213,6 @@ __global__ void __launch_bounds__(NT, 1) lc_kernel(lc_args A) {
     }
 }
 
-__global__ void lc_gtimer(u64 *t) { *t = dr_gtimer(); }
-
-static uint16_t bf16_bits(float f) { /* round to nearest even (finite inputs) */
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
 int main() {
     double mhz = 0;
     const int G = dr_banner("linchain", &mhz);
@@ -246,8 +228,8 @@ int main() {
         return (float)((double)(rs >> 11) * 0x1p-52 - 1.0);
     };
     std::vector<uint16_t> hw1((size_t)MT1 * KT1 * TILE / 2), hw2((size_t)MT2 * KT2 * TILE / 2);
-    for (auto &v : hw1) v = bf16_bits(0.05f * (rnd() + rnd() + rnd()));
-    for (auto &v : hw2) v = bf16_bits(0.02f * (rnd() + rnd() + rnd()));
+    for (auto &v : hw1) v = lc_bf16_bits(0.05f * (rnd() + rnd() + rnd()));
+    for (auto &v : hw2) v = lc_bf16_bits(0.02f * (rnd() + rnd() + rnd()));
     std::vector<float> hb1(F), hb2(D), hnw(D), hnb(D);
     for (auto &v : hb1) v = 0.1f * rnd();
     for (auto &v : hb2) v = 0.1f * rnd();
@@ -307,25 +289,14 @@ int main() {
     auto run = [&](int v, int o0, int o1, bool phases, float *us) {
         lc_args a{buf,   w1, w2, b1, b2, nw, nb, o0, o1, err, gnow() + 3000000000ull, phases ? phase : NULL,
                   big, streamed};
-        cudaEvent_t e0, e1;
-        CK(cudaEventCreate(&e0));
-        CK(cudaEventCreate(&e1));
-        CK(cudaEventRecord(e0));
-        if (v == V_RES) lc_kernel<V_RES><<<G, NT, SMEM_RES>>>(a);
-        else if (v == V_GLB) lc_kernel<V_GLB><<<G, NT, SMEM_GLB>>>(a);
-        else if (v == V_STREAM) lc_kernel<V_STREAM><<<G, NT, SMEM_GLB>>>(a);
-        else lc_kernel<V_BACKOFF><<<G, NT, SMEM_RES>>>(a);
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        CK_LAUNCH();
-        float ms = 0;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (us) *us = ms * 1e3f;
-        CK(cudaEventDestroy(e0));
-        CK(cudaEventDestroy(e1));
-        int e = 0;
-        CK(cudaMemcpy(&e, err, sizeof e, cudaMemcpyDeviceToHost));
-        return e;
+        return lc_timed(
+            [&] {
+                if (v == V_RES) lc_kernel<V_RES><<<G, NT, SMEM_RES>>>(a);
+                else if (v == V_GLB) lc_kernel<V_GLB><<<G, NT, SMEM_GLB>>>(a);
+                else if (v == V_STREAM) lc_kernel<V_STREAM><<<G, NT, SMEM_GLB>>>(a);
+                else lc_kernel<V_BACKOFF><<<G, NT, SMEM_RES>>>(a);
+            },
+            err, us);
     };
     for (int res = 0; res < NV; res++) {
         const char *vn = vname[res];
