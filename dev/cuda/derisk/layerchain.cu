@@ -548,22 +548,13 @@ int main() {
                 fails++;
                 continue;
             }
-            int diff = 0, epoch = 0, nonfin = 0;
-            double mag = 0;
-            for (int k = 0; k < NW8; k++) {
-                const unsigned ex = k < D ? (unsigned)NCHK + 1u : (unsigned)(((k - D) / NF) * NLP + NLP);
-                diff += one[k] != each[k];
-                epoch += (unsigned)(one[k] >> 32) != ex;
-                float x;
-                uint32_t u = (uint32_t)one[k];
-                memcpy(&x, &u, 4);
-                nonfin += !isfinite(x);
-                mag += fabs((double)x);
-            }
+            const lc_cmp c = lc_compare(one, each, [&](int k) {
+                return k < D ? (unsigned)NCHK + 1u : (unsigned)(((k - D) / NF) * NLP + NLP);
+            });
             printf("check layerchain %s PC %d (%d SMs): %d layers in one launch vs one launch a layer: %d of %d words "
                    "differ (x, then each pass's XF and logits), %d wrong epochs, %d non-finite, mean |x| %.3f\n",
-                   vname[v], pc, G, NCHK, diff, NW8, epoch, nonfin, mag / NW8);
-            if (diff || epoch || nonfin) {
+                   vname[v], pc, G, NCHK, c.diff, NW8, c.epoch, c.nonfin, c.mag);
+            if (c.diff || c.epoch || c.nonfin) {
                 printf("FAIL layerchain %s PC %d: the chain's result is not the layer-by-layer result\n", vname[v], pc);
                 fails++;
                 continue;
@@ -602,21 +593,9 @@ int main() {
                 {"poll", "-", "pack", "items", "epilogue", "-", "-"},
                 {"poll", "statistics", "normalise", "items", "epilogue", "-", "-"},
                 {"poll", "sampler", "gather+publish", "-", "-", "-", "-"}};
-            for (int k = 0; k < NK; k++) {
-                double sum[NPH] = {0}, n = 0;
-                for (int s = 0; s < G; s++) {
-                    const u64 *q = hp.data() + (size_t)s * (NK * NPH + NK);
-                    if (!q[NK * NPH + k]) continue;
-                    for (int i = 0; i < NPH; i++) sum[i] += (double)q[k * NPH + i] / (double)q[NK * NPH + k];
-                    n++;
-                }
-                printf("phases layerchain %s PC %d %s (mean over %d SMs, us a step at %.0f MHz):", vname[v], pc, kn[k],
-                       (int)n, mhz);
-                for (int i = 0; i < NPH; i++)
-                    if (pn[k][i][0] != '-') printf(" %s %.3f", pn[k][i], n ? sum[i] / n / mhz : 0.0);
-                printf("\n");
-            }
-            fflush(stdout);
+            char label[64];
+            snprintf(label, sizeof label, "layerchain %s PC %d", vname[v], pc);
+            lc_print_phases(hp, G, NK, NPH, kn, &pn[0][0], mhz, label);
         }
     }
     if (best > 0)

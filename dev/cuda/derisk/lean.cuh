@@ -158,3 +158,46 @@ template <class F> static int lc_timed(F go, const int *err, float *us) {
     CK(cudaMemcpy(&e, err, sizeof e, cudaMemcpyDeviceToHost));
     return e;
 }
+
+/* a chain run one way against the same run another way (one launch against a launch a step): the words that differ,
+ * those whose epoch is not want(k), the non-finite values and the mean |value| of the first */
+struct lc_cmp {
+    int diff, epoch, nonfin;
+    double mag;
+};
+template <class W> static lc_cmp lc_compare(const std::vector<u64> &one, const std::vector<u64> &each, W want) {
+    lc_cmp c = {0, 0, 0, 0.0};
+    for (size_t k = 0; k < one.size(); k++) {
+        c.diff += one[k] != each[k];
+        c.epoch += (unsigned)(one[k] >> 32) != want((int)k);
+        float x;
+        const uint32_t u = (uint32_t)one[k];
+        memcpy(&x, &u, 4);
+        c.nonfin += !isfinite(x);
+        c.mag += fabs((double)x);
+    }
+    c.mag /= (double)one.size();
+    return c;
+}
+
+/* the SM-clock phases of a launch, hp [G][nk nph + nk] (cycle sums of kind k at k nph + i, its step count at
+ * nk nph + k): per kind, the mean over the SMs that ran it, in us at mhz; names [nk][nph], "-" not printed */
+static void lc_print_phases(const std::vector<u64> &hp, int G, int nk, int nph, const char *const *kinds,
+                            const char *const *names, double mhz, const char *label) {
+    const int w = nk * nph + nk;
+    for (int k = 0; k < nk; k++) {
+        std::vector<double> sum(nph, 0.0);
+        int n = 0;
+        for (int s = 0; s < G; s++) {
+            const u64 *q = hp.data() + (size_t)s * w;
+            if (!q[nk * nph + k]) continue;
+            for (int i = 0; i < nph; i++) sum[i] += (double)q[k * nph + i] / (double)q[nk * nph + k];
+            n++;
+        }
+        printf("phases %s %s (mean over %d SMs, us a step at %.0f MHz):", label, kinds[k], n, mhz);
+        for (int i = 0; i < nph; i++)
+            if (names[k * nph + i][0] != '-') printf(" %s %.3f", names[k * nph + i], n ? sum[i] / n / mhz : 0.0);
+        printf("\n");
+    }
+    fflush(stdout);
+}

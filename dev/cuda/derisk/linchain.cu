@@ -37,6 +37,8 @@
 
 #include <math.h>
 
+#include <string>
+
 #include "lean.cuh"
 
 #define D 1024
@@ -301,33 +303,23 @@ int main() {
     for (int res = 0; res < NV; res++) {
         const char *vn = vname[res];
         /* the check: NCHECK ops in one launch against one launch an op, bit for bit, and finite */
-        std::vector<u64> one(VW), each(VW);
+        std::vector<u64> one(D), each(D); /* the output x of the last op (an fc2) */
         reset(NCHECK);
         int e = run(res, 0, NCHECK, false, NULL);
-        CK(cudaMemcpy(one.data(), buf + (size_t)NCHECK * VW, VW * 8, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(one.data(), buf + (size_t)NCHECK * VW, D * 8, cudaMemcpyDeviceToHost));
         reset(NCHECK);
         for (int o = 0; o < NCHECK && !e; o++) e = run(res, o, o + 1, false, NULL);
-        CK(cudaMemcpy(each.data(), buf + (size_t)NCHECK * VW, VW * 8, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(each.data(), buf + (size_t)NCHECK * VW, D * 8, cudaMemcpyDeviceToHost));
         if (e) {
             printf("FAIL linchain %s: a wait timed out at op %d\n", vn, e - 1);
             fails++;
             continue;
         }
-        int diff = 0, nonfin = 0, epoch = 0;
-        double mag = 0;
-        for (int k = 0; k < D; k++) {
-            diff += one[k] != each[k];
-            epoch += (unsigned)(one[k] >> 32) != (unsigned)NCHECK + 1u;
-            float v;
-            uint32_t u = (uint32_t)one[k];
-            memcpy(&v, &u, 4);
-            nonfin += !isfinite(v);
-            mag += fabs((double)v);
-        }
+        const lc_cmp c = lc_compare(one, each, [&](int) { return (unsigned)NCHECK + 1u; });
         printf("check linchain %s: %d ops in one launch vs one launch an op: %d of %d words differ, %d wrong epochs, "
                "%d non-finite, mean |x| %.3f\n",
-               vn, NCHECK, diff, D, epoch, nonfin, mag / D);
-        if (diff || epoch || nonfin) {
+               vn, NCHECK, c.diff, D, c.epoch, c.nonfin, c.mag);
+        if (c.diff || c.epoch || c.nonfin) {
             printf("FAIL linchain %s: the chain's result is not the op-by-op result\n", vn);
             fails++;
             continue;
@@ -362,25 +354,13 @@ int main() {
                tn, t2);
         if (res == V_STREAM) printf(", streaming %.0f GB/s", gbs);
         printf("\n");
-        /* SM clock phases of the last timed launch: SM 0 (both kinds) and the mean over the SMs of each kind */
+        /* SM clock phases of the last timed launch: the mean over the SMs of each kind */
         std::vector<u64> hp((size_t)G * (2 * NPHASE + 2));
         CK(cudaMemcpy(hp.data(), phase, hp.size() * 8, cudaMemcpyDeviceToHost));
-        static const char *pn[NPHASE] = {"poll (incl. the wait)", "statistics", "normalise/pack", "items",
-                                         "epilogue"};
-        for (int k = 0; k < 2; k++) {
-            double sum[NPHASE] = {0}, n = 0;
-            for (int s = 0; s < G; s++) {
-                const u64 *q = hp.data() + (size_t)s * (2 * NPHASE + 2);
-                if (!q[2 * NPHASE + k]) continue;
-                for (int i = 0; i < NPHASE; i++) sum[i] += (double)q[k * NPHASE + i] / (double)q[2 * NPHASE + k];
-                n++;
-            }
-            printf("phases linchain %s %s (mean over %d SMs, us an op at %.0f MHz):", vn, k ? "fc2" : "fc1", (int)n,
-                   mhz);
-            for (int i = 0; i < NPHASE; i++) printf(" %s %.3f", pn[i], n ? sum[i] / n / mhz : 0.0);
-            printf("\n");
-        }
-        fflush(stdout);
+        static const char *kinds[2] = {"fc1", "fc2"};
+        static const char *pn[2 * NPHASE] = {"poll (incl. the wait)", "statistics", "normalise/pack", "items", "epilogue",
+                                             "poll (incl. the wait)", "-",          "pack",           "items", "epilogue"};
+        lc_print_phases(hp, G, 2, NPHASE, kinds, pn, mhz, (std::string("linchain ") + vn).c_str());
     }
     printf("SUMMARY linchain: lean exact fc1+fc2 steps through every SM; compare with the latency executor's fc1 + fc2 "
            "on the critical path (lat_timeline, same call) and with the 1.5 ms bar's ~4.4 us for two ops\n");
