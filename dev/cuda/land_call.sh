@@ -5,7 +5,7 @@
 #               compute-sanitizer memcheck (quick 2) and racecheck (quick 3) on test_executors, memcheck on test_tput (quick 2);
 #               CHECK_MORE=test_sample: that test unquick too and initcheck on test_tput
 #   PART=speed: the latency executor's per-op timeline (GPT bf16 / q8 B1, CSM bf16 B1, GPT bf16 B8), depthdec bench
-#               over the batch curve, the PyTorch graph loop of scripts/bench_torch.py and bench --capacity
+#               over the batch curve (TL_CFGS picks the timelines), the PyTorch graph loop of scripts/bench_torch.py and bench --capacity
 #   PART=prof:  where tp_attend3's and tp_linear's time goes at GPT bf16 B256 (ncu sections of four launches each,
 #               one exec_ab frame: throughput, occupancy, warp states, memory; the whole reports in work.tgz)
 #   PART=icache: dev/cuda/derisk/icache.cu (instruction-cache sizes and the cost of cold code, ~20 s with its build);
@@ -49,7 +49,7 @@ if [[ $PART == *check* ]]; then
     fi
 fi
 if [[ $PART == *speed* ]]; then
-    OUT=$R TL_CFGS="gpt:bf16:1 gpt:q8:1 csm:bf16:1 gpt:bf16:8" LT_PACK=0 bash dev/cuda/lat_iter.sh timeline \
+    OUT=$R TL_CFGS="${TL_CFGS:-gpt:bf16:1 gpt:q8:1 csm:bf16:1 gpt:bf16:8}" LT_PACK=0 bash dev/cuda/lat_iter.sh timeline \
         >"$R/timeline_run.log" 2>&1
     cp "$R/timeline.md" "$OUT/" 2>/dev/null && grep -E "ms/frame|decode: one frame" "$OUT/timeline.md" | tee -a "$S"
     : >"$OUT/bench.jsonl"
