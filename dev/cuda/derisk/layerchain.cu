@@ -20,7 +20,10 @@
  * read from global memory (not appended), no RoPE (GPT).
  * Variants: cl (clusters of 8, DSMEM exchange; every CTA of the launch in a cluster, so at most 8 x the co-resident
  * clusters: 120 SMs on an H100/H200 at this shared memory), gl (no clusters: the 384 q/k/v values through a global LL
- * exchange among the 8 SMs of a pair instead, every SM of the device). PC 16 (a frame's mean) and 31 (its last pass).
+ * exchange among the 8 SMs of a pair instead, every SM of the device), cl+rs (cl, and every S1 SM runs the sampler on
+ * the previous pass's logits itself at a pass's first layer and gathers the code's row where it is needed: S5's hop
+ * goes, 13 hops a pass instead of 14; that instance has 12 bytes of spills, ptxas 2026-12-05).
+ * PC 16 (a frame's mean) and 31 (its last pass).
  * Output: RESULT lines "layerchain | <variant> PC <n> | <us> us a pass (4 layers, head, sampling)"; the SM clock's
  * phases per step kind (mean over the SMs that run it); SUMMARY: x 31 passes a frame beside the 1.5 ms bar.
  * Checks: 2 passes in one launch against the same layers one launch each: the next pass's x, and each pass's last
@@ -79,8 +82,10 @@
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory");
 static_assert(3 * NCHD <= PART_SLOTS && NCHF <= PART_SLOTS, "partials");
 
-enum { V_CL = 0, V_GL = 1, NV = 2 };
-static const char *vname[NV] = {"cl", "gl"};
+/* cl+rs: clusters, and the sampler run by every S1 SM at the start of a pass (the code's row gathered where it is
+ * needed) instead of one SM after the head: one hop a pass fewer */
+enum { V_CL = 0, V_GL = 1, V_CLRS = 2, NV = 3 };
+static const char *vname[NV] = {"cl", "gl", "cl+rs"};
 
 struct ly_args {
     u64 *buf;                       /* (nl + 1) layer slots of LW LL words; layer i's words have epoch i + 1 */
@@ -119,6 +124,7 @@ __device__ __forceinline__ void ly_st_cluster(uint32_t addr, float v) {
 
 template <int V>
 __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
+    constexpr bool CLU = V != V_GL, RS = V == V_CLRS;
     extern __shared__ __align__(128) float sm[];
     float *pbuf = sm + S_PBUF, *stat = sm + S_STAT, *att = sm + S_ATT;
     uint32_t *act = (uint32_t *)(sm + S_ACT), *attp = (uint32_t *)(sm + S_ATTP);
@@ -152,7 +158,7 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
         for (int k = 0; k < NK; k++)
             for (int i = 0; i <= NPH; i++) ph[k][i] = 0;
     __syncthreads();
-    if (V == V_CL) dr_cluster_sync_any(); /* every CTA of the cluster has started before any DSMEM store into it */
+    if (CLU) dr_cluster_sync_any(); /* every CTA of the cluster has started before any DSMEM store into it */
     auto mark = [&](int i) {
         if (tid == 0) mk[i] = dr_clock();
     };
@@ -166,9 +172,37 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
     auto poll = [&](const u64 *in, int n, unsigned E, float *xs) {
         if (!lc_poll<0>(in, n, E, xs, A.deadline_ns)) bad = 1; /* go on: every barrier is still reached */
     };
+    /* the exact sampler on pass `pass`'s logits (layer slot Lp's, epoch Ep), noise precomputed, then the code's bf16
+     * row into xs (when given) and/or published as the words X of slot Lx with epoch Ex (when given); kind 4's phases */
+    auto sample = [&](const u64 *Lp, unsigned Ep, int pass, float *xs, u64 *Lx, unsigned Ex) {
+        float *zs = pbuf, *gp = sm + S_GP;
+        for (int i = tid; i < VOC; i += NC) gp[i] = A.noise[(size_t)pass * VOC + i]; /* before the logits */
+        mark(0);
+        poll(Lp + OFF_LG, VOC, Ep, zs);
+        bar_nc();
+        mark(1);
+        cu_samp_smem ss;
+        unsigned *sw = (unsigned *)(sm + S_SS);
+        ss.hist = sw, ss.hist2 = sw + 256, ss.sel = (int *)(sw + 512), ss.rv = (float *)(sw + 516);
+        ss.ri = (int *)(sw + 532), ss.list = sw + 548;
+        const int code = cu_sample_block<ly_bar>([zs](int i) { return zs[i]; }, VOC, 0.9f, 50, 0, 0, pass, ss, gp);
+        mark(2);
+        if (tid == 0 && Lx) A.codes[pass] = code; /* one writer: S5, or SM 0 of cl+rs */
+        const int cr = code >= 0 ? code : 0;
+        for (int d = tid; d < D; d += NC) {
+            const float x = __uint_as_float((uint32_t)__ldg(A.table + (size_t)cr * D + d) << 16);
+            if (xs) xs[d] = x;
+            if (Lx) dr_st_ll(Lx + OFF_X + d, x, Ex);
+        }
+        bar_nc(); /* zs and gp are free for the next step; xs is complete */
+        mark(3);
+        close(4, 3);
+    };
     for (int li = A.l0; li < A.l1; li++) {
         u64 *L = A.buf + (size_t)li * LW, *Ln = L + LW;
         const unsigned E = (unsigned)li + 1u;
+        /* cl+rs: a pass's first layer (not the launch's first, whose x the previous launch's S5 wrote) samples */
+        const bool rs_here = RS && li % NLP == 0 && li > A.l0;
         /* ---- S1: LN1, the pair's 48 q/k/v rows, exchange, attention, the out chunk's partial ---- */
         if (s1) {
             float *qb = sm + S_QB + (li & 1) * QKVP;
@@ -181,9 +215,11 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
                     vcs[(h * PCMAX + j) * HD + d] = __ldcg(vg + (size_t)(h * PCMAX + j) * HD + d);
                 }
             }
-            mark(0);
             float *xs = pbuf + 8 * D;
-            poll(L + OFF_X, D, E, xs);
+            if (rs_here) /* the previous pass's logits -> its code -> this layer's x, here; SM 0 publishes x for S2 */
+                sample(L - LW, E - 1u, li / NLP - 1, xs, b == 0 ? L : NULL, E);
+            mark(0);
+            if (!rs_here) poll(L + OFF_X, D, E, xs);
             bar_nc();
             mark(1);
             lc_ln_pack(xs, D, n1w, n1b, act, stat, [&] { mark(2); });
@@ -197,14 +233,14 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
                 const int mtl = tid >> 4, rr = tid & 15, idx = mtl * 2 * HD + r * 16 + rr;
                 float a = lc_fold(part, NCHD, 3, mtl, rr);
                 a = a + bqr;
-                if (V == V_CL) {
+                if (CLU) {
 #pragma unroll 1
                     for (int d = 0; d < CL; d++) ly_st_cluster(dr_mapa(qb + idx, (uint32_t)d), a);
                 } else {
                     dr_st_ll(L + OFF_XQ + pair * QKVP + idx, a, E);
                 }
             }
-            if (V == V_CL) {
+            if (CLU) {
                 dr_cluster_sync_any(); /* every SM of the pair has all 384 values */
             } else {
                 poll(L + OFF_XQ + pair * QKVP, QKVP, E, qb);
@@ -356,31 +392,9 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
             mark(5);
             close(3, 5);
         }
-        /* ---- S5: the sampler on one SM (noise precomputed), the code's row gathered -> the next pass's x ---- */
-        if (s5) {
-            float *zs = pbuf, *gp = sm + S_GP;
-            const int pass = li / NLP;
-            for (int i = tid; i < VOC; i += NC) gp[i] = A.noise[(size_t)pass * VOC + i]; /* before the logits */
-            mark(0);
-            poll(L + OFF_LG, VOC, E, zs);
-            bar_nc();
-            mark(1);
-            cu_samp_smem ss;
-            unsigned *sw = (unsigned *)(sm + S_SS);
-            ss.hist = sw, ss.hist2 = sw + 256, ss.sel = (int *)(sw + 512), ss.rv = (float *)(sw + 516);
-            ss.ri = (int *)(sw + 532), ss.list = sw + 548;
-            const int code = cu_sample_block<ly_bar>([zs](int i) { return zs[i]; }, VOC, 0.9f, 50, 0, 0, pass, ss, gp);
-            mark(2);
-            if (tid == 0) A.codes[pass] = code;
-            const int cr = code >= 0 ? code : 0;
-            for (int d = tid; d < D; d += NC) {
-                const float x = __uint_as_float((uint32_t)__ldg(A.table + (size_t)cr * D + d) << 16);
-                dr_st_ll(Ln + OFF_X + d, x, E + 1u);
-            }
-            bar_nc(); /* zs and gp are free for the next step */
-            mark(3);
-            close(4, 3);
-        }
+        /* ---- S5: the sampler on one SM (noise precomputed), the code's row gathered -> the next pass's x; cl+rs: only
+         * after the launch's last layer (the next launch's first layer polls that x) ---- */
+        if (s5 && (!RS || li == A.l1 - 1)) sample(L, E, li / NLP, NULL, Ln, E + 1u);
     }
     __syncthreads();
     if (tid == 0 && bad) atomicCAS(A.err, 0, 1);
@@ -391,7 +405,7 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
             q[NK * NPH + k] = ph[k][NPH];
         }
     }
-    if (V == V_CL) dr_cluster_sync_any(); /* no CTA leaves while a neighbour may still store into its memory */
+    if (CLU) dr_cluster_sync_any(); /* no CTA leaves while a neighbour may still store into its memory */
 }
 
 int main() {
@@ -470,6 +484,7 @@ int main() {
     CK(cudaMalloc(&gt, 8));
     CK(cudaFuncSetAttribute(ly_kernel<V_CL>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
     CK(cudaFuncSetAttribute(ly_kernel<V_GL>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
+    CK(cudaFuncSetAttribute(ly_kernel<V_CLRS>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
     /* the cluster variant's grid: 8 x the co-resident clusters of 8 at this shared memory */
     int maxcl = 0;
     {
@@ -494,10 +509,10 @@ int main() {
         CK_LAUNCH();
         CK(cudaMemcpy(&a.deadline_ns, gt, 8, cudaMemcpyDeviceToHost));
         a.deadline_ns += 3000000000ull;
-        const int G = v == V_CL ? CL * std::min(maxcl, 16) : nsm;
+        const int G = v != V_GL ? CL * std::min(maxcl, 16) : nsm;
         return lc_timed(
             [&] {
-                if (v == V_CL) {
+                if (v != V_GL) {
                     cudaLaunchConfig_t cfg = {};
                     cfg.gridDim = dim3(G);
                     cfg.blockDim = dim3(NC);
@@ -506,7 +521,7 @@ int main() {
                     at[0].id = cudaLaunchAttributeClusterDimension;
                     at[0].val.clusterDim.x = CL, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
                     cfg.attrs = at, cfg.numAttrs = 1;
-                    CK(cudaLaunchKernelEx(&cfg, ly_kernel<V_CL>, a));
+                    CK(v == V_CL ? cudaLaunchKernelEx(&cfg, ly_kernel<V_CL>, a) : cudaLaunchKernelEx(&cfg, ly_kernel<V_CLRS>, a));
                 } else {
                     ly_kernel<V_GL><<<G, NC, SMEM_BYTES>>>(a);
                 }
@@ -517,15 +532,18 @@ int main() {
         CK(cudaMemset(a0.buf, 0, (size_t)(nl + 1) * LW * 8));
         CK(cudaMemcpy(a0.buf, hx.data(), (size_t)LW * 8, cudaMemcpyHostToDevice));
         CK(cudaMemset(a0.err, 0, sizeof(int)));
+        CK(cudaMemset(a0.codes, 0x7f, (size_t)NPASS * sizeof(int))); /* poison: a code never written is no code */
     };
     double best = 0;
+    int bestv = 0;
+    std::vector<int> ref_codes[2]; /* PC 16, PC 31: the first variant's codes of a frame */
     for (int v = 0; v < NV; v++) {
-        if (v == V_CL && maxcl < NPAIR) {
-            printf("FAIL layerchain cl: %d co-resident clusters of %d, the pairs need %d\n", maxcl, CL, NPAIR);
+        if (v != V_GL && maxcl < NPAIR) {
+            printf("FAIL layerchain %s: %d co-resident clusters of %d, the pairs need %d\n", vname[v], maxcl, CL, NPAIR);
             fails++;
             continue;
         }
-        const int G = v == V_CL ? CL * std::min(maxcl, 16) : nsm;
+        const int G = v != V_GL ? CL * std::min(maxcl, 16) : nsm;
         for (int pc : {16, PCMAX}) {
             /* the check: NCHK layers (2 passes, heads and samplers included) in one launch against a launch a layer */
             /* the next pass's x (a table row: it says only whether the codes agree), then each pass's XF and logits */
@@ -576,11 +594,23 @@ int main() {
             const double t2 = timed(NLP), tn = timed(NL);
             if (t2 < 0 || tn < 0) continue;
             const double per = (tn - t2) / (NPASS - 1); /* a pass */
-            if (pc == 16 && (best == 0 || per < best)) best = per;
+            if (pc == 16 && (best == 0 || per < best)) best = per, bestv = v;
             std::vector<int> hc(NPASS);
             CK(cudaMemcpy(hc.data(), a0.codes, NPASS * sizeof(int), cudaMemcpyDeviceToHost));
-            int neg = 0;
-            for (int x : hc) neg += x < 0;
+            int neg = 0, unset = 0;
+            for (int x : hc) neg += x < 0, unset += x >= VOC;
+            if (unset) {
+                printf("FAIL layerchain %s PC %d: %d of a frame's codes were never written\n", vname[v], pc, unset);
+                fails++;
+            }
+            /* every variant runs the same arithmetic on the same data: a frame's 31 codes agree across them */
+            std::vector<int> &rc = ref_codes[pc == 16 ? 0 : 1];
+            if (rc.empty()) {
+                rc = hc;
+            } else if (rc != hc) {
+                printf("FAIL layerchain %s PC %d: its 31 codes differ from the first variant's\n", vname[v], pc);
+                fails++;
+            }
             printf("RESULT layerchain | %s PC %2d | %7.3f us a pass, %.3f ms a frame of 31 (%d SMs; %d passes %.1f us, "
                    "1 pass %.1f us; codes %d %d %d ..., %d without a finite logit)\n",
                    vname[v], pc, per, per * NPASS / 1e3, G, NPASS, tn, t2, hc[0], hc[1], hc[2], neg);
@@ -599,8 +629,9 @@ int main() {
         }
     }
     if (best > 0)
-        printf("SUMMARY layerchain: a GPT B1 pass of 4 three-hop layers, the head and the sampler, lean, PC 16: %.3f us; "
-               "x 31 = %.3f ms a frame against the 1.5 ms bar (the executor: ~125 us a pass on the H200)\n",
-               best, best * NPASS / 1e3);
+        printf("SUMMARY layerchain: a GPT B1 pass of 4 three-hop layers, the head and the sampler, lean, PC 16, best "
+               "variant %s: %.3f us; x 31 = %.3f ms a frame against the 1.5 ms bar (the executor: ~125 us a pass on the "
+               "H200)\n",
+               vname[bestv], best, best * NPASS / 1e3);
     return fails ? 1 : 0;
 }
