@@ -22,12 +22,17 @@
  * clusters: 120 SMs on an H100/H200 at this shared memory), gl (no clusters: the 384 q/k/v values through a global LL
  * exchange among the 8 SMs of a pair instead, every SM of the device), cl+rs (cl, and every S1 SM runs the sampler on
  * the previous pass's logits itself at a pass's first layer and gathers the code's row where it is needed: S5's hop
- * goes, 13 hops a pass instead of 14; that instance has 12 bytes of spills, ptxas 2026-12-05).
+ * goes, 13 hops a pass instead of 14; that instance has 12 bytes of spills, ptxas 2026-12-05), cl+rs+f2 (cl+rs, and
+ * the FFN in one step: clusters own fc2 chunks, share their fc1 outputs through DSMEM and publish chunk partials,
+ * which the next step sums: 9 hops a pass; its "S3 fc2" phase row reads exchange, -, pack, items + publish; 12 bytes
+ * of spills too). The cluster variants need 8..16 clusters (FCMAX, and a head row on every SM: G <= MTV): the launch
+ * checks maxcl >= NPAIR and takes at most 16.
  * PC 16 (a frame's mean) and 31 (its last pass).
  * Output: RESULT lines "layerchain | <variant> PC <n> | <us> us a pass (4 layers, head, sampling)"; the SM clock's
  * phases per step kind (mean over the SMs that run it); SUMMARY: x 31 passes a frame beside the 1.5 ms bar.
  * Checks: 2 passes in one launch against the same layers one launch each: the next pass's x, and each pass's last
- * layer output and logits, bit for bit, finite, with their epochs.
+ * layer output and logits, bit for bit, finite, with their epochs; those words, and a frame's 31 codes, the same in
+ * every variant as in the first (they differ in where they compute, not in what).
  * Every wait ends at a %globaltimer deadline (then the step goes on with what it has, so every barrier is still
  * reached: a FAIL line, not a hang).
  *   nvcc -O3 -std=c++17 -fmad=false -gencode=arch=compute_90a,code=sm_90a -I src -I include \
@@ -59,7 +64,8 @@
 #define OFF_HH (OFF_XP + D)
 #define OFF_XF (OFF_HH + F)   /* a pass's last layer: its output (the head's input) */
 #define OFF_LG (OFF_XF + D)   /* ... and the logits */
-#define LW (OFF_LG + VOC)
+#define OFF_PF (OFF_LG + VOC)  /* cl+rs+f2: fc2's chunk partials, [row block of 128][chunk][128] */
+#define LW (OFF_PF + NCHF * D)
 #define VOC 2048              /* codebook */
 #define MTV (VOC / 16)          /* head m-tiles: 128 */
 #define NLP 4                 /* layers a pass */
@@ -78,14 +84,20 @@
 #define S_GP (S_ATTP + 2 * HD)                /* the sampler's noise [VOC] */
 #define S_SS (S_GP + VOC)                        /* the sampler's scratch: hist 256, hist2 256, sel 4, rv 16, ri 16, list 32 */
 #define S_STAT (S_SS + 256 + 256 + 4 + 16 + 16 + 32)
-#define SMEM_BYTES ((S_STAT + 8) * 4)
+#define FCMAX 4                               /* cl+rs+f2: fc2 chunks a cluster (32 over >= 8 clusters) */
+#define S_HB (S_STAT + 8)                     /* cl+rs+f2: the cluster's fc1 outputs [2][FCMAX][128] */
+#define SMEM_BYTES ((S_HB + 2 * FCMAX * 128) * 4)
 static_assert(SMEM_BYTES <= 227 * 1024, "shared memory");
 static_assert(3 * NCHD <= PART_SLOTS && NCHF <= PART_SLOTS, "partials");
 
 /* cl+rs: clusters, and the sampler run by every S1 SM at the start of a pass (the code's row gathered where it is
  * needed) instead of one SM after the head: one hop a pass fewer */
-enum { V_CL = 0, V_GL = 1, V_CLRS = 2, NV = 3 };
-static const char *vname[NV] = {"cl", "gl", "cl+rs"};
+/* cl+rs+f2: cl+rs, and the FFN in one step: a cluster owns fc2 chunks c, c + ncl, ... (ncl clusters), computes their
+ * 128 fc1 outputs each (rank r one m-tile of each chunk), shares them through DSMEM and publishes the chunks' fc2
+ * partials (rank r the output rows of block r); the next step's SMs sum the 32 partials in chunk order, + bias, + x'
+ * (rank r its 128 columns, then a DSMEM exchange): two hops a layer, fc2's step goes */
+enum { V_CL = 0, V_GL = 1, V_CLRS = 2, V_F2 = 3, NV = 4 };
+static const char *vname[NV] = {"cl", "gl", "cl+rs", "cl+rs+f2"};
 
 struct ly_args {
     u64 *buf;                       /* (nl + 1) layer slots of LW LL words; layer i's words have epoch i + 1 */
@@ -124,7 +136,7 @@ __device__ __forceinline__ void ly_st_cluster(uint32_t addr, float v) {
 
 template <int V>
 __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
-    constexpr bool CLU = V != V_GL, RS = V == V_CLRS;
+    constexpr bool CLU = V != V_GL, RS = V == V_CLRS || V == V_F2, F2 = V == V_F2;
     extern __shared__ __align__(128) float sm[];
     float *pbuf = sm + S_PBUF, *stat = sm + S_STAT, *att = sm + S_ATT;
     uint32_t *act = (uint32_t *)(sm + S_ACT), *attp = (uint32_t *)(sm + S_ATTP);
@@ -137,6 +149,10 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
     const int u0 = (int)((long long)b * MTF / G), u1 = (int)((long long)(b + 1) * MTF / G), nu = u1 - u0;
     const int h0 = (int)((long long)b * MTV / G), h1 = (int)((long long)(b + 1) * MTV / G), nh = h1 - h0;
     const bool s5 = b == G - 1; /* the sampler's SM */
+    /* cl+rs+f2: this cluster's fc2 chunks c + ncl t (t < nown), rank r's fc1 m-tile 8 (c + ncl t) + r of each */
+    const int ncl = G / CL, nown = F2 ? (NCHF - pair + ncl - 1) / ncl : 0;
+    const float b1f = F2 && tid < 16 * nown ? A.b1[(8 * (pair + ncl * (tid >> 4)) + r) * 16 + (tid & 15)] : 0.0f;
+    const float b2c = F2 && tid < 128 ? A.b2[128 * r + tid] : 0.0f; /* rank r's columns of the FFN sum */
     if (tid == 0) bad = 0;
     /* the norm weights of this thread's elements and the biases of its outputs, in registers before any poll */
     float n1w[3], n1b[3], n2w[3], n2b[3], nfw[3], nfb[3];
@@ -198,6 +214,25 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
         mark(3);
         close(4, 3);
     };
+    /* cl+rs+f2: layer slot Lp's output x (epoch Ep) into xs on every rank of the cluster: rank r sums its 128
+     * columns' 32 fc2 partials in chunk order (0 + p0 + p1 ..., lc_fold's order), + bias, + x' (S3's epilogue), stores
+     * them into the 8 ranks' xs and publishes them to pub (when given, epoch pe); ends with a cluster barrier */
+    auto ffn_x = [&](const u64 *Lp, unsigned Ep, float *xs, u64 *pub, unsigned pe) {
+        poll(Lp + OFF_PF + (size_t)r * NCHF * 128, NCHF * 128, Ep, pbuf);
+        poll(Lp + OFF_XP + 128 * r, 128, Ep, pbuf + NCHF * 128);
+        bar_nc();
+        if (tid < 128) {
+            float a = 0.0f;
+#pragma unroll 8
+            for (int j = 0; j < NCHF; j++) a = a + pbuf[j * 128 + tid];
+            a = a + b2c;
+            a = a + pbuf[NCHF * 128 + tid];
+#pragma unroll 1
+            for (int d = 0; d < CL; d++) ly_st_cluster(dr_mapa(xs + 128 * r + tid, (uint32_t)d), a);
+            if (pub) dr_st_ll(pub + 128 * r + tid, a, pe);
+        }
+        dr_cluster_sync_any(); /* every rank's xs is whole */
+    };
     for (int li = A.l0; li < A.l1; li++) {
         u64 *L = A.buf + (size_t)li * LW, *Ln = L + LW;
         const unsigned E = (unsigned)li + 1u;
@@ -219,7 +254,10 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
             if (rs_here) /* the previous pass's logits -> its code -> this layer's x, here; SM 0 publishes x for S2 */
                 sample(L - LW, E - 1u, li / NLP - 1, xs, b == 0 ? L : NULL, E);
             mark(0);
-            if (!rs_here) poll(L + OFF_X, D, E, xs);
+            if (F2 && li % NLP != 0) /* the previous layer's FFN sum, here; pair 0 publishes x for S2 */
+                ffn_x(L - LW, E - 1u, xs, pair == 0 ? L + OFF_X : NULL, E);
+            else if (!rs_here)
+                poll(L + OFF_X, D, E, xs);
             bar_nc();
             mark(1);
             lc_ln_pack(xs, D, n1w, n1b, act, stat, [&] { mark(2); });
@@ -322,11 +360,26 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
             mark(2);
             lc_ln_pack(xs, D, n2w, n2b, act, stat, [&] { mark(3); });
             mark(4);
-            lc_items<false>(part, nu, NCHD, act,
-                            [&](int mtl, int ci) { return A.w1 + ((size_t)(u0 + mtl) * KTD + ci * CU_CKT) * TILE; });
+            if (F2)
+                lc_items<false>(part, nown, NCHD, act, [&](int mtl, int ci) {
+                    return A.w1 + ((size_t)(8 * (pair + ncl * mtl) + r) * KTD + ci * CU_CKT) * TILE;
+                });
+            else
+                lc_items<false>(part, nu, NCHD, act,
+                                [&](int mtl, int ci) { return A.w1 + ((size_t)(u0 + mtl) * KTD + ci * CU_CKT) * TILE; });
             bar_nc();
             mark(5);
-            if (tid < 16 * nu) {
+            if (F2 && tid < 16 * nown) { /* GELU of row (tid & 15) of owned chunk t's m-tile: into every rank's hb */
+                float *hb = sm + S_HB + (li & 1) * FCMAX * 128;
+                const int t = tid >> 4, rr = tid & 15;
+                float a = lc_fold(part, NCHD, nown, t, rr);
+                a = a + b1f;
+                const float e = erff(a * 0.70710678118654752f);
+                const float h = 0.5f * a * (1.0f + e);
+#pragma unroll 1
+                for (int d = 0; d < CL; d++) ly_st_cluster(dr_mapa(hb + t * 128 + 16 * r + rr, (uint32_t)d), h);
+            }
+            if (!F2 && tid < 16 * nu) {
                 const int mtl = tid >> 4, rr = tid & 15;
                 float a = lc_fold(part, NCHD, nu, mtl, rr);
                 a = a + b1r;
@@ -336,9 +389,32 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
             if (s3 && tid >= 448 && tid < 464) dr_st_ll(L + OFF_XP + b * 16 + tid - 448, xs[b * 16 + tid - 448], E);
             mark(6);
             close(1, 6);
+            if (F2) { /* the owned chunks' fc2 partials (S3's phase row: exchange, -, pack, items + publish) */
+                const float *hb = sm + S_HB + (li & 1) * FCMAX * 128;
+                mark(0);
+                dr_cluster_sync_any(); /* every rank's fc1 outputs are in hb (and xs was last read above) */
+                mark(1);
+                mark(2);
+                for (int k = tid; k < nown * 128; k += NC) act[k] = cu_split_pack(hb[k]);
+                bar_nc();
+                mark(3);
+                for (int it = warp; it < 8 * nown; it += NW) {
+                    const int t = it >> 3, mo = 8 * r + (it & 7), j = pair + ncl * t;
+                    float p[4];
+                    lc_chunk<false>(p, A.w2 + ((size_t)mo * KTF + j * CU_CKT) * TILE, act + t * 128, lane);
+                    if ((lane & 3) == 0) {
+                        const int g = lane >> 2;
+                        u64 *pf = L + OFF_PF + ((size_t)r * NCHF + j) * 128 + (mo & 7) * 16;
+                        dr_st_ll(pf + g, p[0], E);
+                        dr_st_ll(pf + g + 8, p[2], E);
+                    }
+                }
+                mark(4);
+                close(2, 4);
+            }
         }
         /* ---- S3: fc2 + bias + x' (one m-tile, K 4096) -> the next layer's x ---- */
-        if (s3) {
+        if (s3 && !F2) {
             const u64 *rin = L + OFF_XP + b * 16 + tid;
             u64 rw = tid < 16 ? dr_ld_ll(rin) : 0;
             float *hs = pbuf;
@@ -376,7 +452,10 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
         if (nh > 0) {
             float *xs = pbuf + 8 * D;
             mark(0);
-            poll(L + OFF_XF, D, E, xs);
+            if (F2) /* every SM has head rows (G <= MTV), so every rank of a cluster is here; cluster 0 publishes XF */
+                ffn_x(L, E, xs, pair == 0 ? L + OFF_XF : NULL, E);
+            else
+                poll(L + OFF_XF, D, E, xs);
             bar_nc();
             mark(1);
             lc_ln_pack(xs, D, nfw, nfb, act, stat, [&] { mark(2); });
@@ -485,6 +564,7 @@ int main() {
     CK(cudaFuncSetAttribute(ly_kernel<V_CL>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
     CK(cudaFuncSetAttribute(ly_kernel<V_GL>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
     CK(cudaFuncSetAttribute(ly_kernel<V_CLRS>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
+    CK(cudaFuncSetAttribute(ly_kernel<V_F2>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
     /* the cluster variant's grid: 8 x the co-resident clusters of 8 at this shared memory */
     int maxcl = 0;
     {
@@ -521,7 +601,9 @@ int main() {
                     at[0].id = cudaLaunchAttributeClusterDimension;
                     at[0].val.clusterDim.x = CL, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
                     cfg.attrs = at, cfg.numAttrs = 1;
-                    CK(v == V_CL ? cudaLaunchKernelEx(&cfg, ly_kernel<V_CL>, a) : cudaLaunchKernelEx(&cfg, ly_kernel<V_CLRS>, a));
+                    CK(v == V_CL     ? cudaLaunchKernelEx(&cfg, ly_kernel<V_CL>, a)
+                       : v == V_CLRS ? cudaLaunchKernelEx(&cfg, ly_kernel<V_CLRS>, a)
+                                     : cudaLaunchKernelEx(&cfg, ly_kernel<V_F2>, a));
                 } else {
                     ly_kernel<V_GL><<<G, NC, SMEM_BYTES>>>(a);
                 }
@@ -537,6 +619,7 @@ int main() {
     double best = 0;
     int bestv = 0;
     std::vector<int> ref_codes[2]; /* PC 16, PC 31: the first variant's codes of a frame */
+    std::vector<u64> ref_one[2];   /* ... and its check's words (the first variant that passed its check) */
     for (int v = 0; v < NV; v++) {
         if (v != V_GL && maxcl < NPAIR) {
             printf("FAIL layerchain %s: %d co-resident clusters of %d, the pairs need %d\n", vname[v], maxcl, CL, NPAIR);
@@ -576,6 +659,20 @@ int main() {
                 printf("FAIL layerchain %s PC %d: the chain's result is not the layer-by-layer result\n", vname[v], pc);
                 fails++;
                 continue;
+            }
+            { /* the variants differ in where they compute, not in what: the same words as the first variant's, bit for bit */
+                std::vector<u64> &ro = ref_one[pc == 16 ? 0 : 1];
+                if (ro.empty()) {
+                    ro = one;
+                } else {
+                    int nd = 0;
+                    for (int k = 0; k < NW8; k++) nd += ro[k] != one[k];
+                    if (nd) {
+                        printf("FAIL layerchain %s PC %d: %d of %d words (x, each pass's XF and logits) differ from the "
+                               "first variant's\n", vname[v], pc, nd, NW8);
+                        fails++;
+                    }
+                }
             }
             auto timed = [&](int nl) {
                 std::vector<double> t;
@@ -629,8 +726,8 @@ int main() {
         }
     }
     if (best > 0)
-        printf("SUMMARY layerchain: a GPT B1 pass of 4 three-hop layers, the head and the sampler, lean, PC 16, best "
-               "variant %s: %.3f us; x 31 = %.3f ms a frame against the 1.5 ms bar (the executor: ~125 us a pass on the "
+        printf("SUMMARY layerchain: a GPT B1 pass of 4 layers, the head and the sampler, lean, PC 16, best variant "
+               "%s: %.3f us; x 31 = %.3f ms a frame against the 1.5 ms bar (the executor: ~125 us a pass on the "
                "H200)\n",
                vname[bestv], best, best * NPASS / 1e3);
     return fails ? 1 : 0;
