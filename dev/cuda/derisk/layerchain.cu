@@ -374,8 +374,7 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
                 const int t = tid >> 4, rr = tid & 15;
                 float a = lc_fold(part, NCHD, nown, t, rr);
                 a = a + b1f;
-                const float e = erff(a * 0.70710678118654752f);
-                const float h = 0.5f * a * (1.0f + e);
+                const float h = lc_gelu(a);
 #pragma unroll 1
                 for (int d = 0; d < CL; d++) ly_st_cluster(dr_mapa(hb + t * 128 + 16 * r + rr, (uint32_t)d), h);
             }
@@ -383,8 +382,7 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
                 const int mtl = tid >> 4, rr = tid & 15;
                 float a = lc_fold(part, NCHD, nu, mtl, rr);
                 a = a + b1r;
-                const float e = erff(a * 0.70710678118654752f);
-                dr_st_ll(L + OFF_HH + u0 * 16 + tid, 0.5f * a * (1.0f + e), E);
+                dr_st_ll(L + OFF_HH + u0 * 16 + tid, lc_gelu(a), E);
             }
             if (s3 && tid >= 448 && tid < 464) dr_st_ll(L + OFF_XP + b * 16 + tid - 448, xs[b * 16 + tid - 448], E);
             mark(6);

@@ -109,6 +109,12 @@ __device__ __forceinline__ void lc_ln_pack(const float *xs, int n, const float (
     bar_nc();
 }
 
+/* GELU, the exact erf form, as cu_epi_act computes it (cu_linear.cuh) */
+__device__ __forceinline__ float lc_gelu(float a) {
+    const float e = erff(a * 0.70710678118654752f);
+    return 0.5f * a * (1.0f + e);
+}
+
 /* output row r of the m-tile whose chunk c partial is in slot c * stride + off: the chunks summed in order from +0 */
 __device__ __forceinline__ float lc_fold(const float4 *part, int nch, int stride, int off, int r) {
     float a = 0.0f;

@@ -166,8 +166,7 @@ __global__ void __launch_bounds__(NT, 1) lc_kernel(lc_args A) {
                 const int ul = tid >> 4, r = tid & 15;
                 float a = lc_fold(part, NCH1, 2, ul, r);
                 a = a + b1r;
-                const float e = erff(a * 0.70710678118654752f);
-                dr_st_ll(out + 2 * b * 16 + tid, 0.5f * a * (1.0f + e), Eo);
+                dr_st_ll(out + 2 * b * 16 + tid, lc_gelu(a), Eo);
             }
         } else {
             /* the residual (the previous fc1's input: slot o - 1, epoch o), published long ago: loads issued first */
