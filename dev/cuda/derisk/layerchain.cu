@@ -254,11 +254,12 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
             if (rs_here) /* the previous pass's logits -> its code -> this layer's x, here; SM 0 publishes x for S2 */
                 sample(L - LW, E - 1u, li / NLP - 1, xs, b == 0 ? L : NULL, E);
             mark(0);
-            if (F2 && li % NLP != 0) /* the previous layer's FFN sum, here; pair 0 publishes x for S2 */
-                ffn_x(L - LW, E - 1u, xs, pair == 0 ? L + OFF_X : NULL, E);
-            else if (!rs_here)
+            if (F2 && li % NLP != 0) { /* the previous layer's FFN sum, here; pair 0 publishes x for S2 */
+                ffn_x(L - LW, E - 1u, xs, pair == 0 ? L + OFF_X : NULL, E); /* (its cluster barrier: xs is whole) */
+            } else if (!rs_here) { /* (sample's last barrier: xs is whole) */
                 poll(L + OFF_X, D, E, xs);
-            bar_nc();
+                bar_nc();
+            }
             mark(1);
             lc_ln_pack(xs, D, n1w, n1b, act, stat, [&] { mark(2); });
             mark(3);
@@ -450,11 +451,12 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
         if (nh > 0) {
             float *xs = pbuf + 8 * D;
             mark(0);
-            if (F2) /* every SM has head rows (G <= MTV), so every rank of a cluster is here; cluster 0 publishes XF */
+            if (F2) { /* every SM has head rows (G <= MTV), so every rank of a cluster is here; cluster 0 publishes XF */
                 ffn_x(L, E, xs, pair == 0 ? L + OFF_XF : NULL, E);
-            else
+            } else {
                 poll(L + OFF_XF, D, E, xs);
-            bar_nc();
+                bar_nc();
+            }
             mark(1);
             lc_ln_pack(xs, D, nfw, nfb, act, stat, [&] { mark(2); });
             mark(3);
@@ -559,22 +561,25 @@ int main() {
     CK(cudaMalloc(&a0.phase, (size_t)nsm * (NK * NPH + NK) * 8));
     u64 *gt;
     CK(cudaMalloc(&gt, 8));
-    CK(cudaFuncSetAttribute(ly_kernel<V_CL>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
-    CK(cudaFuncSetAttribute(ly_kernel<V_GL>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
-    CK(cudaFuncSetAttribute(ly_kernel<V_CLRS>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
-    CK(cudaFuncSetAttribute(ly_kernel<V_F2>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
-    /* the cluster variant's grid: 8 x the co-resident clusters of 8 at this shared memory */
-    int maxcl = 0;
-    {
+    void (*const kern[NV])(ly_args) = {ly_kernel<V_CL>, ly_kernel<V_GL>, ly_kernel<V_CLRS>, ly_kernel<V_F2>};
+    for (int v = 0; v < NV; v++) CK(cudaFuncSetAttribute(kern[v], cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
+    /* a launch of G CTAs, in clusters of CL unless variant gl (the attribute lives in at) */
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = CL, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
+    auto launch_cfg = [&](int v, int G) {
         cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(CL * 32);
+        cfg.gridDim = dim3(G);
         cfg.blockDim = dim3(NC);
         cfg.dynamicSmemBytes = SMEM_BYTES;
-        cudaLaunchAttribute at[1];
-        at[0].id = cudaLaunchAttributeClusterDimension;
-        at[0].val.clusterDim.x = CL, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
-        cfg.attrs = at, cfg.numAttrs = 1;
-        CK(cudaOccupancyMaxActiveClusters(&maxcl, ly_kernel<V_CL>, &cfg));
+        cfg.attrs = at, cfg.numAttrs = v != V_GL ? 1 : 0;
+        return cfg;
+    };
+    /* the cluster variants' grid: 8 x the co-resident clusters of 8 at this shared memory */
+    int maxcl = 0;
+    {
+        const cudaLaunchConfig_t cfg = launch_cfg(V_CL, CL * 32);
+        CK(cudaOccupancyMaxActiveClusters(&maxcl, kern[V_CL], &cfg));
     }
     printf("# layerchain: %d SMs; at most %d co-resident clusters of %d at %d bytes of shared memory\n", nsm, maxcl, CL,
            SMEM_BYTES);
@@ -590,21 +595,8 @@ int main() {
         const int G = v != V_GL ? CL * std::min(maxcl, 16) : nsm;
         return lc_timed(
             [&] {
-                if (v != V_GL) {
-                    cudaLaunchConfig_t cfg = {};
-                    cfg.gridDim = dim3(G);
-                    cfg.blockDim = dim3(NC);
-                    cfg.dynamicSmemBytes = SMEM_BYTES;
-                    cudaLaunchAttribute at[1];
-                    at[0].id = cudaLaunchAttributeClusterDimension;
-                    at[0].val.clusterDim.x = CL, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
-                    cfg.attrs = at, cfg.numAttrs = 1;
-                    CK(v == V_CL     ? cudaLaunchKernelEx(&cfg, ly_kernel<V_CL>, a)
-                       : v == V_CLRS ? cudaLaunchKernelEx(&cfg, ly_kernel<V_CLRS>, a)
-                                     : cudaLaunchKernelEx(&cfg, ly_kernel<V_F2>, a));
-                } else {
-                    ly_kernel<V_GL><<<G, NC, SMEM_BYTES>>>(a);
-                }
+                const cudaLaunchConfig_t cfg = launch_cfg(v, G);
+                CK(cudaLaunchKernelEx(&cfg, kern[v], a));
             },
             a0.err, us);
     };
