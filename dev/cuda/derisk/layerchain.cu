@@ -141,9 +141,12 @@ __device__ __forceinline__ void ly_st_cluster(uint32_t addr, float v) {
     asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(addr), "f"(v) : "memory");
 }
 
-/* one bulk prefetch of [p, p + bytes) into L2 (16-byte multiples) */
+/* bulk prefetches of [p, p + bytes) into L2 (16-byte multiples), 32 KB each (as cu_prefetch_range) */
 __device__ __forceinline__ void ly_pf(const uint8_t *p, size_t bytes) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"((unsigned)bytes) : "memory");
+    for (size_t o = 0; o < bytes; o += 32768) {
+        const unsigned n = (unsigned)(bytes - o < 32768 ? bytes - o : 32768);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + o), "r"(n) : "memory");
+    }
 }
 
 template <int V>
