@@ -516,31 +516,34 @@ __device__ __forceinline__ void tp_value_sum(const float *Vs, int HD, int nk, fl
  * and d0 + 32 + lane for the weighted sum in key order. With hi/lo set, the output rows are also split into two bf16
  * terms (the next linear reads them without a norm: tp_split's values). HD % 4 == 0, 16-byte aligned cache rows;
  * dynamic shared memory tp_attend3_smem. */
+template <int HDC> /* HDC: the head width as a constant (its address and loop arithmetic folded), 0: A.HD */
 __global__ void __launch_bounds__(128, 8) tp_attend3(const cu_attend A, int n, uint16_t *hi, uint16_t *lo) {
     extern __shared__ __align__(16) float tp_kv[];
     tp_pdl_trigger();
     tp_pdl_wait();
-    const int HD = A.HD, G = A.H / A.KVH, kvw = A.KVH * HD, qw = (A.H + 2 * A.KVH) * HD, P = A.P, p0 = A.p0;
+    const int HD = HDC ? HDC : A.HD, G = A.H / A.KVH, kvw = A.KVH * HD, qw = (A.H + 2 * A.KVH) * HD, P = A.P,
+              p0 = A.p0;
     const int nk = p0 + P, KS = HD + 4, C = HD / 4, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int item = blockIdx.x * (blockDim.x >> 5) + warp; /* (stream, kv head): a warp each, no block barrier */
     if (item >= n * A.KVH) return;
     const int s = item / A.KVH, kh = item % A.KVH;
-    float *Ks = tp_kv + (size_t)warp * (nk * KS + nk * HD + G * P * HD), *Vs = Ks + (size_t)nk * KS,
-          *Qs = Vs + (size_t)nk * HD;
+    /* a warp's shared memory: the keys (rows of KS floats), then the values in the same place (rows of HD), this
+     * pass's values (P rows), the queries (G P rows; G P <= 2: tp_attend3_ok) */
+    float *KV = tp_kv + (size_t)warp * (nk * KS + P * HD + G * P * HD), *NV = KV + (size_t)nk * KS,
+          *Qs = NV + (size_t)P * HD;
     const float *tok0 = A.qkv + (size_t)s * P * qw;
     const float *kc = A.kc + (size_t)s * A.cstride + (size_t)kh * HD,
                 *vc = A.vc + (size_t)s * A.cstride + (size_t)kh * HD;
-    for (int idx = lane; idx < p0 * C; idx += 32) { /* earlier positions from the cache */
+    for (int idx = lane; idx < p0 * C; idx += 32) { /* earlier positions' keys from the cache */
         const int j = idx / C, c = 4 * (idx % C);
-        cu_cp_async16(Ks + (size_t)j * KS + c, kc + (size_t)j * kvw + c);
-        cu_cp_async16(Vs + (size_t)j * HD + c, vc + (size_t)j * kvw + c);
+        cu_cp_async16(KV + (size_t)j * KS + c, kc + (size_t)j * kvw + c);
     }
     cu_cp_commit();
     const int voff = (A.H + A.KVH + kh) * HD;
     for (int r = 0; r < P; r++) { /* this pass's keys (rotated) and values */
-        cu_norm_rot_row(A, tok0 + (size_t)r * qw + (size_t)(A.H + kh) * HD, A.kn, p0 + r, Ks + (size_t)(p0 + r) * KS,
+        cu_norm_rot_row(A, tok0 + (size_t)r * qw + (size_t)(A.H + kh) * HD, A.kn, p0 + r, KV + (size_t)(p0 + r) * KS,
                         lane);
-        for (int d = lane; d < HD; d += 32) Vs[(size_t)(p0 + r) * HD + d] = __ldcg(tok0 + (size_t)r * qw + voff + d);
+        for (int d = lane; d < HD; d += 32) NV[(size_t)r * HD + d] = __ldcg(tok0 + (size_t)r * qw + voff + d);
     }
     for (int q = 0; q < G * P; q++) /* the queries (rotated): q = g P + i */
         cu_norm_rot_row(A, tok0 + (size_t)(q % P) * qw + (size_t)(kh * G + q / P) * HD, A.qn, p0 + q % P,
@@ -551,20 +554,23 @@ __global__ void __launch_bounds__(128, 8) tp_attend3(const cu_attend A, int n, u
         float *kd = A.kc + (size_t)s * A.cstride + (size_t)(p0 + r) * kvw + (size_t)kh * HD;
         float *vd = A.vc + (size_t)s * A.cstride + (size_t)(p0 + r) * kvw + (size_t)kh * HD;
         for (int d = lane; d < HD; d += 32) {
-            kd[d] = Ks[(size_t)(p0 + r) * KS + d];
-            vd[d] = Vs[(size_t)(p0 + r) * HD + d];
+            kd[d] = KV[(size_t)(p0 + r) * KS + d];
+            vd[d] = NV[(size_t)r * HD + d];
         }
     }
     const float scale = sqrtf((float)HD);
-    for (int q = 0; q < G * P; q++) {
-        const int g = q / P, i = q % P, h = kh * G + g, nq = p0 + i + 1;
+    float sc[2][2]; /* [query][key lane + 32 r] */
+#pragma unroll
+    for (int q = 0; q < 2; q++) {
+        sc[q][0] = sc[q][1] = -INFINITY;
+        if (q >= G * P) continue;
+        const int nq = p0 + q % P + 1;
         const float4 *sq = (const float4 *)(Qs + (size_t)q * HD);
-        float sc[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int j = lane + 32 * r;
             if (j < nq) {
-                const float4 *kr = (const float4 *)(Ks + (size_t)j * KS);
+                const float4 *kr = (const float4 *)(KV + (size_t)j * KS);
                 float d = 0.0f;
 #pragma unroll 4
                 for (int c = 0; c < C; c++) {
@@ -574,33 +580,56 @@ __global__ void __launch_bounds__(128, 8) tp_attend3(const cu_attend A, int n, u
                     d = d + x.z * k.z;
                     d = d + x.w * k.w;
                 }
-                sc[r] = d / scale;
+                sc[q][r] = d / scale;
             }
         }
-        float m = fmaxf(sc[0], sc[1]);
+    }
+    __syncwarp(); /* every lane is done with the keys: the values take their place */
+    for (int idx = lane; idx < p0 * C; idx += 32) { /* earlier positions' values from the cache */
+        const int j = idx / C, c = 4 * (idx % C);
+        cu_cp_async16(KV + (size_t)j * HD + c, vc + (size_t)j * kvw + c);
+    }
+    cu_cp_commit();
+    for (int r = 0; r < P; r++)
+        for (int d = lane; d < HD; d += 32) KV[(size_t)(p0 + r) * HD + d] = NV[(size_t)r * HD + d];
+    float w[2][2]; /* the softmax weights while the values arrive */
+#pragma unroll
+    for (int q = 0; q < 2; q++) {
+        w[q][0] = w[q][1] = 0.0f;
+        if (q >= G * P) continue;
+        const int nq = p0 + q % P + 1;
+        float m = fmaxf(sc[q][0], sc[q][1]);
         for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-        float e0 = lane < nq ? expf(sc[0] - m) : 0.0f, e1 = lane + 32 < nq ? expf(sc[1] - m) : 0.0f;
+        float e0 = lane < nq ? expf(sc[q][0] - m) : 0.0f, e1 = lane + 32 < nq ? expf(sc[q][1] - m) : 0.0f;
         float sum = e0 + e1;
         for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
         float w0 = e0 / sum, w1 = e1 / sum;
         cu_pin(w0, w1);
+        w[q][0] = w0, w[q][1] = w1;
+    }
+    cu_cp_wait<0>();
+    __syncwarp();
+#pragma unroll
+    for (int q = 0; q < 2; q++) {
+        if (q >= G * P) continue;
+        const int g = q / P, i = q % P, h = kh * G + g, nq = p0 + i + 1;
         const size_t orow = ((size_t)s * P + i) * A.H * HD + (size_t)h * HD;
         for (int d0 = 0; d0 < HD; d0 += 64) {
             const int da = d0 + lane, db = d0 + 32 + lane;
             float oa = 0.0f, ob = 0.0f;
-            tp_value_sum(Vs, HD, nq, w0, w1, da, db, oa, ob);
+            tp_value_sum(KV, HD, nq, w[q][0], w[q][1], da, db, oa, ob);
             if (da < HD) {
                 A.out[orow + da] = oa;
                 if (hi) {
-                    const uint32_t w = cu_split_pack(oa);
-                    hi[orow + da] = (uint16_t)(w & 0xFFFFu), lo[orow + da] = (uint16_t)(w >> 16);
+                    const uint32_t wd = cu_split_pack(oa);
+                    hi[orow + da] = (uint16_t)(wd & 0xFFFFu), lo[orow + da] = (uint16_t)(wd >> 16);
                 }
             }
             if (db < HD) {
                 A.out[orow + db] = ob;
                 if (hi) {
-                    const uint32_t w = cu_split_pack(ob);
-                    hi[orow + db] = (uint16_t)(w & 0xFFFFu), lo[orow + db] = (uint16_t)(w >> 16);
+                    const uint32_t wd = cu_split_pack(ob);
+                    hi[orow + db] = (uint16_t)(wd & 0xFFFFu), lo[orow + db] = (uint16_t)(wd >> 16);
                 }
             }
         }
@@ -615,11 +644,13 @@ __global__ void __launch_bounds__(128, 8) tp_attend3(const cu_attend A, int n, u
  * (a sequential float32 dot over HD, then / sqrt(HD)), max and sum over the same xor trees, lanes over dims d0 +
  * lane and d0 + 32 + lane for the weighted sum in key order. The append writes the values cu_attend_fast writes.
  * HD % 4 == 0; dynamic shared memory tp_attend2_smem. */
+template <int HDC> /* as tp_attend3's */
 __global__ void __launch_bounds__(128) tp_attend2(const cu_attend A, int n) {
     extern __shared__ float tp_kv[];
     tp_pdl_trigger();
     tp_pdl_wait();
-    const int HD = A.HD, G = A.H / A.KVH, kvw = A.KVH * HD, qw = (A.H + 2 * A.KVH) * HD, P = A.P, p0 = A.p0;
+    const int HD = HDC ? HDC : A.HD, G = A.H / A.KVH, kvw = A.KVH * HD, qw = (A.H + 2 * A.KVH) * HD, P = A.P,
+              p0 = A.p0;
     const int s = blockIdx.x / A.KVH, kh = blockIdx.x % A.KVH, NK = p0 + P;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     float *Ks = tp_kv, *Vs = Ks + (((size_t)NK * (HD + 1) + 3) & ~(size_t)3), *Qs = Vs + (size_t)NK * HD; /* Vs 16 B */
@@ -749,14 +780,14 @@ static size_t tp_attend2_smem(const cu_attend *A) {
     return (((nk * (A->HD + 1) + 3) & ~(size_t)3) + nk * A->HD + (size_t)(A->H / A->KVH) * A->P * A->HD) * 4;
 }
 static int tp_attend2_ok(const cu_attend *A) { return A->HD % 4 == 0 && tp_attend2_smem(A) <= 48 * 1024; }
-static size_t tp_attend3_smem(const cu_attend *A) {
+static size_t tp_attend3_smem(const cu_attend *A) { /* a warp's: keys then values, this pass's values, queries */
     const size_t nk = (size_t)A->p0 + A->P;
-    return (nk * (A->HD + 4) + nk * A->HD + (size_t)(A->H / A->KVH) * A->P * A->HD) * 4;
+    return (nk * (A->HD + 4) + (size_t)A->P * A->HD + (size_t)(A->H / A->KVH) * A->P * A->HD) * 4;
 }
 /* 1 when tp_attend3 suits op A: one query a (stream, kv head) group (no GQA: with G q heads a warp would attend
  * them one after the other, slower than tp_attend's warp a query at CSM dims, measured) */
 static int tp_attend3_ok(const cu_attend *A) {
-    return A->H == A->KVH && A->HD % 4 == 0 && A->cstride % 4 == 0 &&
+    return A->H == A->KVH && A->P <= 2 && A->HD % 4 == 0 && A->cstride % 4 == 0 &&
            (((uintptr_t)A->kc | (uintptr_t)A->vc) & 15) == 0 && tp_attend3_smem(A) <= 48 * 1024;
 }
 
@@ -954,7 +985,10 @@ static dd_status tp_enqueue(tp_exec *x, int v, int n, float temp, int topk, cuda
             uint16_t *hn = chain ? (uint16_t *)x->hi : NULL, *ln = chain ? (uint16_t *)x->lo : NULL;
             const size_t ws = tp_attend3_smem(&o->att); /* a warp's; warps a block within 48 KB, 4 at most */
             const int W = ws * 4 <= 48 * 1024 ? 4 : ws * 2 <= 48 * 1024 ? 2 : 1, items = n * o->att.KVH;
-            CU_TRY(tp_launch(tp_attend3, dim3((items + W - 1) / W), dim3(32 * W), W * ws, stream, o->att, n,
+            void (*k)(cu_attend, int, uint16_t *, uint16_t *) = o->att.HD == 64    ? tp_attend3<64>
+                                                                : o->att.HD == 128 ? tp_attend3<128>
+                                                                                   : tp_attend3<0>;
+            CU_TRY(tp_launch(k, dim3((items + W - 1) / W), dim3(32 * W), W * ws, stream, o->att, n,
                              hn, ln),
                    err, "throughput executor launch");
             split_done = chain;
@@ -962,7 +996,10 @@ static dd_status tp_enqueue(tp_exec *x, int v, int n, float temp, int topk, cuda
             continue;
         }
         if (o->type == CU_OP_ATTEND && tp_attend2_ok(&o->att)) { /* GQA: a block a (stream, kv head) */
-            CU_TRY(tp_launch(tp_attend2, dim3(n * o->att.KVH), dim3(128), tp_attend2_smem(&o->att), stream, o->att, n),
+            void (*k)(cu_attend, int) = o->att.HD == 64    ? tp_attend2<64>
+                                        : o->att.HD == 128 ? tp_attend2<128>
+                                                           : tp_attend2<0>;
+            CU_TRY(tp_launch(k, dim3(n * o->att.KVH), dim3(128), tp_attend2_smem(&o->att), stream, o->att, n),
                    err, "throughput executor launch");
             i++;
             continue;
