@@ -25,11 +25,14 @@
  * goes, 13 hops a pass instead of 14; that instance has 12 bytes of spills, ptxas 2026-12-05), cl+rs+f2 (cl+rs, and
  * the FFN in one step: clusters own fc2 chunks, share their fc1 outputs through DSMEM and publish chunk partials,
  * which the next step sums: 9 hops a pass; its "S3 fc2" phase row reads exchange, -, pack, items + publish; 12 bytes
- * of spills too). The cluster variants need 8..16 clusters (FCMAX, and a head row on every SM: G <= MTV): the launch
- * checks maxcl >= NPAIR and takes at most 16.
+ * of spills too), cl+rs+s256 (cl+rs with the sampler on 8 warps instead of 16; added 2026-12-06 with S1's
+ * attention phase split by warp 0's marks into scores, softmax + values, and the wait + pack). The cluster variants
+ * need 8..16 clusters (FCMAX, and a head row on every SM: G <= MTV): the launch checks maxcl >= NPAIR and takes at
+ * most 16.
  * Weights: the variants read one copy of a layer's matrices at every layer (from L2); modes "hbm" read copy l % 4 at
  * layer l (4 copies of the same tiles, 96 MB a pass: from HBM, as the executor's weights are), "hbm+pf" also bulk-
- * prefetches each SM's tiles of the next layer into L2 at a layer's start (cl+rs+f2 and cl).
+ * prefetches each SM's tiles of the next layer into L2 at a layer's start (hbm: cl+rs and cl+rs+f2; hbm+pf:
+ * cl+rs+f2 and cl). Measured 2026-12-06 (H100): docs/cuda_results.md.
  * PC 16 (a frame's mean) and 31 (its last pass).
  * Output: RESULT lines "layerchain | <variant> PC <n> | <us> us a pass (4 layers, head, sampling)"; the SM clock's
  * phases per step kind (mean over the SMs that run it); SUMMARY: x 31 passes a frame beside the 1.5 ms bar.
@@ -74,7 +77,7 @@
 #define VOC 2048              /* codebook */
 #define MTV (VOC / 16)          /* head m-tiles: 128 */
 #define NLP 4                 /* layers a pass */
-#define NPH 7
+#define NPH 9
 #define NK 5                  /* step kinds: S1 .. S5 */
 #define PART_SLOTS 32
 /* shared memory (floats unless said) */
@@ -101,8 +104,10 @@ static_assert(3 * NCHD <= PART_SLOTS && NCHF <= PART_SLOTS, "partials");
  * 128 fc1 outputs each (rank r one m-tile of each chunk), shares them through DSMEM and publishes the chunks' fc2
  * partials (rank r the output rows of block r); the next step's SMs sum the 32 partials in chunk order, + bias, + x'
  * (rank r its 128 columns, then a DSMEM exchange): two hops a layer, fc2's step goes */
-enum { V_CL = 0, V_GL = 1, V_CLRS = 2, V_F2 = 3, NV = 4 };
-static const char *vname[NV] = {"cl", "gl", "cl+rs", "cl+rs+f2"};
+/* cl+rs+s256: cl+rs with the sampler on 8 warps (256 threads, named barrier 2) instead of 16: CUDA_V2.md's de-risk
+ * timed its sampler at 2.3 us on 256 threads against 2.8 on 512 */
+enum { V_CL = 0, V_GL = 1, V_CLRS = 2, V_F2 = 3, V_S256 = 4, NV = 5 };
+static const char *vname[NV] = {"cl", "gl", "cl+rs", "cl+rs+f2", "cl+rs+s256"};
 
 struct ly_args {
     u64 *buf;                       /* (nl + 1) layer slots of LW LL words; layer i's words have epoch i + 1 */
@@ -136,6 +141,19 @@ struct ly_bar { /* the sampler's barrier: the block's named barrier 1, as lat.cu
     }
 };
 
+struct ly_bar256 { /* cl+rs+s256: the sampler's barrier over warps 0-7, named barrier 2 */
+    static constexpr int threads = 256;
+    static __device__ __forceinline__ void sync(void) { asm volatile("bar.sync 2, 256;" ::: "memory"); }
+    static __device__ __forceinline__ int sync_or(int v) {
+        int r;
+        asm volatile("{ .reg .pred p, q; setp.ne.s32 p, %1, 0; bar.red.or.pred q, 2, 256, p; selp.s32 %0, 1, 0, q; }"
+                     : "=r"(r)
+                     : "r"(v)
+                     : "memory");
+        return r;
+    }
+};
+
 /* st.shared::cluster of a float at a shared::cluster address */
 __device__ __forceinline__ void ly_st_cluster(uint32_t addr, float v) {
     asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(addr), "f"(v) : "memory");
@@ -151,12 +169,12 @@ __device__ __forceinline__ void ly_pf(const uint8_t *p, size_t bytes) {
 
 template <int V>
 __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
-    constexpr bool CLU = V != V_GL, RS = V == V_CLRS || V == V_F2, F2 = V == V_F2;
+    constexpr bool CLU = V != V_GL, RS = V == V_CLRS || V == V_F2 || V == V_S256, F2 = V == V_F2, S256 = V == V_S256;
     extern __shared__ __align__(128) float sm[];
     float *pbuf = sm + S_PBUF, *stat = sm + S_STAT, *att = sm + S_ATT;
     uint32_t *act = (uint32_t *)(sm + S_ACT), *attp = (uint32_t *)(sm + S_ATTP);
     float4 *part = (float4 *)(sm + S_PART);
-    __shared__ int bad;
+    __shared__ int bad, scode;
     __shared__ u64 mk[NPH + 1], ph[NK][NPH + 1]; /* thread 0's SM-clock marks of a step; their sums per kind, count */
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, b = blockIdx.x, G = gridDim.x;
     const bool s1 = b < NPAIR * CL, s3 = b < D / 16;
@@ -216,7 +234,17 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
         unsigned *sw = (unsigned *)(sm + S_SS);
         ss.hist = sw, ss.hist2 = sw + 256, ss.sel = (int *)(sw + 512), ss.rv = (float *)(sw + 516);
         ss.ri = (int *)(sw + 532), ss.list = sw + 548;
-        const int code = cu_sample_block<ly_bar>([zs](int i) { return zs[i]; }, VOC, 0.9f, 50, 0, 0, pass, ss, gp);
+        int code;
+        if (S256) {
+            if (tid < 256) {
+                const int c = cu_sample_block<ly_bar256>([zs](int i) { return zs[i]; }, VOC, 0.9f, 50, 0, 0, pass, ss, gp);
+                if (tid == 0) scode = c;
+            }
+            bar_nc();
+            code = scode;
+        } else {
+            code = cu_sample_block<ly_bar>([zs](int i) { return zs[i]; }, VOC, 0.9f, 50, 0, 0, pass, ss, gp);
+        }
         mark(2);
         if (tid == 0 && Lx) A.codes[pass] = code; /* one writer: S5, or SM 0 of cl+rs */
         const int cr = code >= 0 ? code : 0;
@@ -336,6 +364,7 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
                         sc[rr] = d / scale;
                     }
                 }
+                mark(6); /* (warp 0's scores) */
                 float m = fmaxf(sc[0], sc[1]);
 #pragma unroll
                 for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
@@ -354,11 +383,12 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
                 }
                 att[h * HD + lane] = oa;
                 att[h * HD + 32 + lane] = ob;
+                mark(7); /* (warp 0's softmax and value sum) */
             }
             bar_nc();
             if (tid < 2 * HD) attp[tid] = cu_split_pack(att[tid]);
             bar_nc();
-            mark(6);
+            mark(8);
             if (warp < 8) { /* out rows of m-tile 8 r + warp, chunk `pair`: published from the C fragment */
                 const int mt = 8 * r + warp;
                 float p[4];
@@ -369,8 +399,8 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
                     dr_st_ll(L + OFF_PT + pair * D + mt * 16 + g + 8, p[2], E);
                 }
             }
-            mark(7);
-            close(0, 7);
+            mark(9);
+            close(0, 9);
         }
         /* ---- S2: x' = out partials in chunk order + bias + x; LN2; fc1 units [u0, u1); GELU; x' rows for fc2 ---- */
         if (nu > 0) {
@@ -605,7 +635,8 @@ int main() {
     CK(cudaMalloc(&a0.phase, (size_t)nsm * (NK * NPH + NK) * 8));
     u64 *gt;
     CK(cudaMalloc(&gt, 8));
-    void (*const kern[NV])(ly_args) = {ly_kernel<V_CL>, ly_kernel<V_GL>, ly_kernel<V_CLRS>, ly_kernel<V_F2>};
+    void (*const kern[NV])(ly_args) = {ly_kernel<V_CL>, ly_kernel<V_GL>, ly_kernel<V_CLRS>, ly_kernel<V_F2>,
+                                       ly_kernel<V_S256>};
     for (int v = 0; v < NV; v++) CK(cudaFuncSetAttribute(kern[v], cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
     /* a launch of G CTAs, in clusters of CL unless variant gl (the attribute lives in at) */
     cudaLaunchAttribute at[1];
@@ -631,8 +662,8 @@ int main() {
     /* the modes timed: each variant with the weights from L2 (one copy), then the fewest-hop variant with a copy a
      * layer (from HBM), without and with the next layer's L2 prefetch */
     struct mode { int v, hbm, pf; };
-    static const mode modes[] = {{V_CL, 0, 0}, {V_GL, 0, 0}, {V_CLRS, 0, 0}, {V_F2, 0, 0}, {V_F2, 1, 0}, {V_F2, 1, 1},
-                                 {V_CL, 1, 1}};
+    static const mode modes[] = {{V_CL, 0, 0}, {V_GL, 0, 0}, {V_CLRS, 0, 0}, {V_F2, 0, 0}, {V_S256, 0, 0},
+                                 {V_CLRS, 1, 0}, {V_F2, 1, 0}, {V_F2, 1, 1}, {V_CL, 1, 1}};
     const int NM = (int)(sizeof modes / sizeof modes[0]);
     auto mname = [&](const mode &m) {
         return std::string(vname[m.v]) + (m.hbm ? (m.pf ? " hbm+pf" : " hbm") : "");
@@ -764,11 +795,12 @@ int main() {
             CK(cudaMemcpy(hp.data(), a0.phase, hp.size() * 8, cudaMemcpyDeviceToHost));
             static const char *kn[NK] = {"S1 qkv+att+out", "S2 sum+fc1", "S3 fc2", "S4 head", "S5 sample"};
             static const char *pn[NK][NPH] = {
-                {"poll", "statistics", "normalise", "items", "exchange", "attention", "out+publish"},
-                {"poll", "out sum", "statistics", "normalise", "items", "epilogue", "-"},
-                {"poll", "-", "pack", "items", "epilogue", "-", "-"},
-                {"poll", "statistics", "normalise", "items", "epilogue", "-", "-"},
-                {"poll", "sampler", "gather+publish", "-", "-", "-", "-"}};
+                {"poll", "statistics", "normalise", "items", "exchange", "scores", "softmax+values", "wait+pack",
+                 "out+publish"},
+                {"poll", "out sum", "statistics", "normalise", "items", "epilogue", "-", "-", "-"},
+                {"poll", "-", "pack", "items", "epilogue", "-", "-", "-", "-"},
+                {"poll", "statistics", "normalise", "items", "epilogue", "-", "-", "-", "-"},
+                {"poll", "sampler", "gather+publish", "-", "-", "-", "-", "-", "-"}};
             char label[64];
             snprintf(label, sizeof label, "layerchain %s PC %d", nm.c_str(), pc);
             lc_print_phases(hp, G, NK, NPH, kn, &pn[0][0], mhz, label);
