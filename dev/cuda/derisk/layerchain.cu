@@ -26,13 +26,15 @@
  * the FFN in one step: clusters own fc2 chunks, share their fc1 outputs through DSMEM and publish chunk partials,
  * which the next step sums: 9 hops a pass; its "S3 fc2" phase row reads exchange, -, pack, items + publish; 12 bytes
  * of spills too), cl+rs+s256 (cl+rs with the sampler on 8 warps instead of 16; added 2026-12-06 with S1's
- * attention phase split by warp 0's marks into scores, softmax + values, and the wait + pack). The cluster variants
+ * attention phase split by warp 0's marks into scores, softmax + values, and the wait + pack), cl+rs+st (cl+rs with
+ * each SM's qkv / fc1 tiles bulk-copied into shared memory a step ahead, 2026-12-06; with hbm, a paced weight ring
+ * for those two). The cluster variants
  * need 8..16 clusters (FCMAX, and a head row on every SM: G <= MTV): the launch checks maxcl >= NPAIR and takes at
  * most 16.
  * Weights: the variants read one copy of a layer's matrices at every layer (from L2); modes "hbm" read copy l % 4 at
  * layer l (4 copies of the same tiles, 96 MB a pass: from HBM, as the executor's weights are), "hbm+pf" also bulk-
- * prefetches each SM's tiles of the next layer into L2 at a layer's start (hbm: cl+rs and cl+rs+f2; hbm+pf:
- * cl+rs+f2 and cl). Measured 2026-12-06 (H100): docs/cuda_results.md.
+ * prefetches each SM's tiles of the next layer into L2 at a layer's start (hbm: cl+rs, cl+rs+f2, cl+rs+st;
+ * hbm+pf: cl+rs+f2 and cl). Measured 2026-12-06 (H100): docs/cuda_results.md.
  * PC 16 (a frame's mean) and 31 (its last pass).
  * Output: RESULT lines "layerchain | <variant> PC <n> | <us> us a pass (4 layers, head, sampling)"; the SM clock's
  * phases per step kind (mean over the SMs that run it); SUMMARY: x 31 passes a frame beside the 1.5 ms bar.
@@ -95,7 +97,11 @@
 #define FCMAX 4                               /* cl+rs+f2: fc2 chunks a cluster (32 over >= 8 clusters) */
 #define S_HB (S_STAT + 8)                     /* cl+rs+f2: the cluster's fc1 outputs [2][FCMAX][128] */
 #define SMEM_BYTES ((S_HB + 2 * FCMAX * 128) * 4)
-static_assert(SMEM_BYTES <= 227 * 1024, "shared memory");
+/* cl+rs+st: the SM's qkv tiles (3 m-tiles) or fc1 tiles (<= 3 m-tiles) of its next step, copied in ahead */
+#define WB_OFF (((SMEM_BYTES) + 127) / 128 * 128)
+#define WB_BYTES (3 * KTD * TILE)
+#define SMEM_ST (WB_OFF + WB_BYTES)
+static_assert(SMEM_ST <= 227 * 1024, "shared memory");
 static_assert(3 * NCHD <= PART_SLOTS && NCHF <= PART_SLOTS, "partials");
 
 /* cl+rs: clusters, and the sampler run by every S1 SM at the start of a pass (the code's row gathered where it is
@@ -106,8 +112,13 @@ static_assert(3 * NCHD <= PART_SLOTS && NCHF <= PART_SLOTS, "partials");
  * (rank r its 128 columns, then a DSMEM exchange): two hops a layer, fc2's step goes */
 /* cl+rs+s256: cl+rs with the sampler on 8 warps (256 threads, named barrier 2) instead of 16: CUDA_V2.md's de-risk
  * timed its sampler at 2.3 us on 256 threads against 2.8 on 512 */
-enum { V_CL = 0, V_GL = 1, V_CLRS = 2, V_F2 = 3, V_S256 = 4, NV = 5 };
-static const char *vname[NV] = {"cl", "gl", "cl+rs", "cl+rs+f2", "cl+rs+s256"};
+/* cl+rs+st: cl+rs with each SM's qkv and fc1 tiles copied into shared memory (cp.async.bulk, one mbarrier) a step
+ * ahead: an S1 SM's fc1 tiles after its qkv items, the next layer's qkv (or, off S1, fc1) tiles after its fc1 items;
+ * the items then read shared memory (linchain's res: 0.84 us against 1.0-1.5 from L2). fc2, the out chunk and the
+ * head stay in L2 (no room) */
+enum { V_CL = 0, V_GL = 1, V_CLRS = 2, V_F2 = 3, V_S256 = 4, V_ST = 5, NV = 6 };
+static const char *vname[NV] = {"cl", "gl", "cl+rs", "cl+rs+f2", "cl+rs+s256", "cl+rs+st"};
+static int smem_of(int v) { return v == V_ST ? SMEM_ST : SMEM_BYTES; }
 
 struct ly_args {
     u64 *buf;                       /* (nl + 1) layer slots of LW LL words; layer i's words have epoch i + 1 */
@@ -169,12 +180,16 @@ __device__ __forceinline__ void ly_pf(const uint8_t *p, size_t bytes) {
 
 template <int V>
 __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
-    constexpr bool CLU = V != V_GL, RS = V == V_CLRS || V == V_F2 || V == V_S256, F2 = V == V_F2, S256 = V == V_S256;
+    constexpr bool CLU = V != V_GL, RS = V == V_CLRS || V == V_F2 || V == V_S256 || V == V_ST, F2 = V == V_F2,
+                   S256 = V == V_S256, ST = V == V_ST;
     extern __shared__ __align__(128) float sm[];
     float *pbuf = sm + S_PBUF, *stat = sm + S_STAT, *att = sm + S_ATT;
     uint32_t *act = (uint32_t *)(sm + S_ACT), *attp = (uint32_t *)(sm + S_ATTP);
     float4 *part = (float4 *)(sm + S_PART);
     __shared__ int bad, scode;
+    __shared__ __align__(8) u64 wbar; /* cl+rs+st: the staged tiles' mbarrier */
+    uint8_t *wb = (uint8_t *)sm + WB_OFF;
+    uint32_t wph = 0; /* cl+rs+st: copies waited for (the phase parity) */
     __shared__ u64 mk[NPH + 1], ph[NK][NPH + 1]; /* thread 0's SM-clock marks of a step; their sums per kind, count */
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, b = blockIdx.x, G = gridDim.x;
     const bool s1 = b < NPAIR * CL, s3 = b < D / 16;
@@ -208,6 +223,36 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
             for (int i = 0; i <= NPH; i++) ph[k][i] = 0;
     __syncthreads();
     if (CLU) dr_cluster_sync_any(); /* every CTA of the cluster has started before any DSMEM store into it */
+    /* cl+rs+st: thread 0 copies this SM's tiles of step kind k (0 qkv, 1 fc1) of layer l into wb; the items' reads of
+     * wb (generic proxy) were ended by a block barrier before, the proxy fence orders them before the copy */
+    auto stage = [&](int k, int l) {
+        if (!ST || tid != 0) return;
+        const size_t lw = (size_t)(l % NLP), mtb = (size_t)KTD * TILE;
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        if (k == 0) {
+            dr_mbar_expect_tx(&wbar, (uint32_t)(3 * mtb));
+            for (int m = 0; m < 3; m++)
+                dr_bulk_g2s(wb + m * mtb, A.wq + lw * A.sq + (size_t)(m * (D / 16) + pair * (2 * HD / 16) + r) * mtb,
+                            (uint32_t)mtb, &wbar);
+        } else {
+            dr_mbar_expect_tx(&wbar, (uint32_t)(nu * mtb));
+            for (int m = 0; m < nu; m++)
+                dr_bulk_g2s(wb + m * mtb, A.w1 + lw * A.s1 + (size_t)(u0 + m) * mtb, (uint32_t)mtb, &wbar);
+        }
+    };
+    auto staged = [&] { /* every thread: the copy this step reads has landed */
+        if (!dr_mbar_wait(&wbar, wph & 1u, A.deadline_ns)) bad = 1;
+        wph++;
+    };
+    if (ST) {
+        if (nu > 3 && tid == 0) bad = 1; /* wb holds 3 m-tiles */
+        if (tid == 0) {
+            dr_mbar_init(&wbar, 1);
+            dr_fence_mbar_init();
+        }
+        __syncthreads();
+        stage(s1 ? 0 : 1, A.l0);
+    }
     auto mark = [&](int i) {
         if (tid == 0) mk[i] = dr_clock();
     };
@@ -325,10 +370,17 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
             mark(1);
             lc_ln_pack(xs, D, n1w, n1b, act, stat, [&] { mark(2); });
             mark(3);
-            lc_items<false>(part, 3, NCHD, act, [&](int mtl, int ci) { /* the pair's q, k, v m-tiles of rank r */
-                return wq + ((size_t)(mtl * (D / 16) + pair * (2 * HD / 16) + r) * KTD + ci * CU_CKT) * TILE;
-            });
+            if (ST) {
+                staged();
+                lc_items<true>(part, 3, NCHD, act,
+                               [&](int mtl, int ci) { return wb + ((size_t)mtl * KTD + ci * CU_CKT) * TILE; });
+            } else {
+                lc_items<false>(part, 3, NCHD, act, [&](int mtl, int ci) { /* the pair's q, k, v m-tiles of rank r */
+                    return wq + ((size_t)(mtl * (D / 16) + pair * (2 * HD / 16) + r) * KTD + ci * CU_CKT) * TILE;
+                });
+            }
             bar_nc();
+            stage(1, li); /* (every S1 SM has fc1 units: G <= 128) */
             mark(4);
             if (tid < 48) { /* row (tid & 15) of m-tile tid >> 4: its chunks in order, + bias; to every SM of the pair */
                 const int mtl = tid >> 4, rr = tid & 15, idx = mtl * 2 * HD + r * 16 + rr;
@@ -429,10 +481,15 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
                 lc_items<false>(part, nown, NCHD, act, [&](int mtl, int ci) {
                     return w1 + ((size_t)(8 * (pair + ncl * mtl) + r) * KTD + ci * CU_CKT) * TILE;
                 });
-            else
+            else if (ST) {
+                staged();
+                lc_items<true>(part, nu, NCHD, act,
+                               [&](int mtl, int ci) { return wb + ((size_t)mtl * KTD + ci * CU_CKT) * TILE; });
+            } else
                 lc_items<false>(part, nu, NCHD, act,
                                 [&](int mtl, int ci) { return w1 + ((size_t)(u0 + mtl) * KTD + ci * CU_CKT) * TILE; });
             bar_nc();
+            if (li + 1 < A.l1) stage(s1 ? 0 : 1, li + 1);
             mark(5);
             if (F2 && tid < 16 * nown) { /* GELU of row (tid & 15) of owned chunk t's m-tile: into every rank's hb */
                 float *hb = sm + S_HB + (li & 1) * FCMAX * 128;
@@ -636,8 +693,8 @@ int main() {
     u64 *gt;
     CK(cudaMalloc(&gt, 8));
     void (*const kern[NV])(ly_args) = {ly_kernel<V_CL>, ly_kernel<V_GL>, ly_kernel<V_CLRS>, ly_kernel<V_F2>,
-                                       ly_kernel<V_S256>};
-    for (int v = 0; v < NV; v++) CK(cudaFuncSetAttribute(kern[v], cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
+                                       ly_kernel<V_S256>, ly_kernel<V_ST>};
+    for (int v = 0; v < NV; v++) CK(cudaFuncSetAttribute(kern[v], cudaFuncAttributeMaxDynamicSharedMemorySize, smem_of(v)));
     /* a launch of G CTAs, in clusters of CL unless variant gl (the attribute lives in at) */
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeClusterDimension;
@@ -646,24 +703,25 @@ int main() {
         cudaLaunchConfig_t cfg = {};
         cfg.gridDim = dim3(G);
         cfg.blockDim = dim3(NC);
-        cfg.dynamicSmemBytes = SMEM_BYTES;
+        cfg.dynamicSmemBytes = smem_of(v);
         cfg.attrs = at, cfg.numAttrs = v != V_GL ? 1 : 0;
         return cfg;
     };
-    /* the cluster variants' grid: 8 x the co-resident clusters of 8 at this shared memory */
-    int maxcl = 0;
-    {
-        const cudaLaunchConfig_t cfg = launch_cfg(V_CL, CL * 32);
-        CK(cudaOccupancyMaxActiveClusters(&maxcl, kern[V_CL], &cfg));
+    /* the cluster variants' grid: 8 x the co-resident clusters of 8 at their shared memory */
+    int maxclv[NV] = {0};
+    for (int v = 0; v < NV; v++) {
+        if (v == V_GL) continue;
+        const cudaLaunchConfig_t cfg = launch_cfg(v, CL * 32);
+        CK(cudaOccupancyMaxActiveClusters(&maxclv[v], kern[v], &cfg));
     }
-    printf("# layerchain: %d SMs; at most %d co-resident clusters of %d at %d bytes of shared memory\n", nsm, maxcl, CL,
-           SMEM_BYTES);
+    printf("# layerchain: %d SMs; at most %d co-resident clusters of %d at %d bytes of shared memory, %d at %d (cl+rs+st)\n",
+           nsm, maxclv[V_CL], CL, SMEM_BYTES, maxclv[V_ST], SMEM_ST);
     int fails = 0;
     /* the modes timed: each variant with the weights from L2 (one copy), then the fewest-hop variant with a copy a
      * layer (from HBM), without and with the next layer's L2 prefetch */
     struct mode { int v, hbm, pf; };
-    static const mode modes[] = {{V_CL, 0, 0}, {V_GL, 0, 0}, {V_CLRS, 0, 0}, {V_F2, 0, 0}, {V_S256, 0, 0},
-                                 {V_CLRS, 1, 0}, {V_F2, 1, 0}, {V_F2, 1, 1}, {V_CL, 1, 1}};
+    static const mode modes[] = {{V_CL, 0, 0}, {V_GL, 0, 0}, {V_CLRS, 0, 0}, {V_F2, 0, 0}, {V_S256, 0, 0}, {V_ST, 0, 0},
+                                 {V_CLRS, 1, 0}, {V_F2, 1, 0}, {V_ST, 1, 0}, {V_F2, 1, 1}, {V_CL, 1, 1}};
     const int NM = (int)(sizeof modes / sizeof modes[0]);
     auto mname = [&](const mode &m) {
         return std::string(vname[m.v]) + (m.hbm ? (m.pf ? " hbm+pf" : " hbm") : "");
@@ -679,7 +737,7 @@ int main() {
         CK_LAUNCH();
         CK(cudaMemcpy(&a.deadline_ns, gt, 8, cudaMemcpyDeviceToHost));
         a.deadline_ns += 3000000000ull;
-        const int G = v != V_GL ? CL * std::min(maxcl, 16) : nsm;
+        const int G = v != V_GL ? CL * std::min(maxclv[v], 16) : nsm;
         return lc_timed(
             [&] {
                 const cudaLaunchConfig_t cfg = launch_cfg(v, G);
@@ -701,12 +759,13 @@ int main() {
         const mode &m = modes[mi];
         const int v = m.v;
         const std::string nm = mname(m);
-        if (v != V_GL && maxcl < NPAIR) {
-            printf("FAIL layerchain %s: %d co-resident clusters of %d, the pairs need %d\n", nm.c_str(), maxcl, CL, NPAIR);
+        if (v != V_GL && maxclv[v] < NPAIR) {
+            printf("FAIL layerchain %s: %d co-resident clusters of %d, the pairs need %d\n", nm.c_str(), maxclv[v], CL,
+                   NPAIR);
             fails++;
             continue;
         }
-        const int G = v != V_GL ? CL * std::min(maxcl, 16) : nsm;
+        const int G = v != V_GL ? CL * std::min(maxclv[v], 16) : nsm;
         for (int pc : {16, PCMAX}) {
             /* the check: NCHK layers (2 passes, heads and samplers included) in one launch against a launch a layer */
             /* the next pass's x (a table row: it says only whether the codes agree), then each pass's XF and logits */
