@@ -32,7 +32,7 @@
  * need 8..16 clusters (FCMAX, and a head row on every SM: G <= MTV): the launch checks maxcl >= NPAIR and takes at
  * most 16.
  * Weights: the variants read one copy of a layer's matrices at every layer (from L2); modes "hbm" read copy l % 4 at
- * layer l (4 copies of the same tiles, 96 MB a pass: from HBM, as the executor's weights are), "hbm+pf" also bulk-
+ * layer l (4 copies of the same tiles, 96 MiB a pass: from HBM, as the executor's weights are), "hbm+pf" also bulk-
  * prefetches each SM's tiles of the next layer into L2 at a layer's start (hbm: cl+rs, cl+rs+f2, cl+rs+st;
  * hbm+pf: cl+rs+f2 and cl). Measured 2026-12-06 (H100): docs/cuda_results.md.
  * PC 16 (a frame's mean) and 31 (its last pass).
@@ -226,7 +226,7 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
     /* cl+rs+st: thread 0 copies this SM's tiles of step kind k (0 qkv, 1 fc1) of layer l into wb; the items' reads of
      * wb (generic proxy) were ended by a block barrier before, the proxy fence orders them before the copy */
     auto stage = [&](int k, int l) {
-        if (!ST || tid != 0) return;
+        if (!ST || tid != 0 || bad || nu > 3) return; /* (after a failed wait or with units wb cannot hold: no copy) */
         const size_t lw = (size_t)(l % NLP), mtb = (size_t)KTD * TILE;
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         if (k == 0) {
@@ -657,7 +657,7 @@ int main() {
     };
     ly_args a0;
     memset(&a0, 0, sizeof a0);
-    /* the layers' matrices: NLP copies of the same tiles (the hbm modes read copy l % 4 at layer l: 96 MB a pass, more
+    /* the layers' matrices: NLP copies of the same tiles (the hbm modes read copy l % 4 at layer l: 96 MiB a pass, more
      * than the L2 holds, the same arithmetic); the other modes read copy 0 at every layer */
     auto up4 = [&](const std::vector<uint16_t> &h, size_t &stride) {
         stride = h.size() * 2;
@@ -762,6 +762,12 @@ int main() {
         if (v != V_GL && maxclv[v] < NPAIR) {
             printf("FAIL layerchain %s: %d co-resident clusters of %d, the pairs need %d\n", nm.c_str(), maxclv[v], CL,
                    NPAIR);
+            fails++;
+            continue;
+        }
+        if (v == V_ST && (MTF + CL * std::min(maxclv[v], 16) - 1) / (CL * std::min(maxclv[v], 16)) > 3) {
+            printf("FAIL layerchain %s: %d clusters give an SM more than the 3 fc1 m-tiles its buffer holds\n", nm.c_str(),
+                   maxclv[v]);
             fails++;
             continue;
         }
