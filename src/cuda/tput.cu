@@ -506,11 +506,13 @@ __device__ __forceinline__ void tp_value_sum(const float *Vs, int HD, int nk, fl
 }
 
 /* One attention op for many streams, one warp a (stream, kv head) (up to 4 warps a block, each on its own, no block
- * barrier): the group's earlier keys and values copied from the cache into shared memory with 16-byte cp.async, all in
- * flight at once (one round trip for the whole group: the op reads ~8 KB a position a stream at GPT dims, so it is
- * bound by the cache's bytes, not by the warp's arithmetic); meanwhile this pass's keys (rotated) and values from the
- * qkv rows and the group's G P rotated queries, with the functions cu_attend_fast uses. Then the append (the values
- * cu_attend_fast writes) and every query of the group with cu_attend_fast's arithmetic in its order: lane j takes keys
+ * barrier): the group's earlier keys copied from the cache into shared memory with 16-byte cp.async, all in flight at
+ * once (the op reads ~8 KB a position a stream at GPT dims, so it is bound by the cache's bytes, not by the warp's
+ * arithmetic); meanwhile this pass's keys (rotated) and values from the qkv rows and the group's G P rotated queries
+ * (G P <= 2), with the functions cu_attend_fast uses. Then the append (the values cu_attend_fast writes) and every
+ * query's scores; then the earlier values are copied over the keys in the same shared memory while the softmax runs
+ * (a second round trip, for about half the shared memory a warp: more warps an SM), and the value sums. The
+ * arithmetic is cu_attend_fast's in its order: lane j takes keys
  * j and j + 32 (a sequential float32 dot over HD from 16-byte reads of its key row; rows padded to HD + 4 floats, so
  * the 8 lanes of a quarter warp read distinct banks), max and sum over the same xor trees, lanes over dims d0 + lane
  * and d0 + 32 + lane for the weighted sum in key order. With hi/lo set, the output rows are also split into two bf16
