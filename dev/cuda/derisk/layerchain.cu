@@ -223,21 +223,24 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
             for (int i = 0; i <= NPH; i++) ph[k][i] = 0;
     __syncthreads();
     if (CLU) dr_cluster_sync_any(); /* every CTA of the cluster has started before any DSMEM store into it */
+    /* layer l's copy of a matrix (hbm modes: copy l % 4, each the same tiles; else one copy) */
+    auto lcopy = [&](const uint8_t *w, size_t stride, int l) { return w + (size_t)(l % NLP) * stride; };
+    /* rank r's q/k/v m-tile m (0 q, 1 k, 2 v) of its pair, as an index into wq's m-tiles */
+    auto qkv_mt = [&](int m) { return m * (D / 16) + pair * (2 * HD / 16) + r; };
     /* cl+rs+st: thread 0 copies this SM's tiles of step kind k (0 qkv, 1 fc1) of layer l into wb; the items' reads of
      * wb (generic proxy) were ended by a block barrier before, the proxy fence orders them before the copy */
     auto stage = [&](int k, int l) {
         if (!ST || tid != 0 || bad || nu > 3) return; /* (after a failed wait or with units wb cannot hold: no copy) */
-        const size_t lw = (size_t)(l % NLP), mtb = (size_t)KTD * TILE;
+        const size_t mtb = (size_t)KTD * TILE;
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         if (k == 0) {
             dr_mbar_expect_tx(&wbar, (uint32_t)(3 * mtb));
             for (int m = 0; m < 3; m++)
-                dr_bulk_g2s(wb + m * mtb, A.wq + lw * A.sq + (size_t)(m * (D / 16) + pair * (2 * HD / 16) + r) * mtb,
-                            (uint32_t)mtb, &wbar);
+                dr_bulk_g2s(wb + m * mtb, lcopy(A.wq, A.sq, l) + (size_t)qkv_mt(m) * mtb, (uint32_t)mtb, &wbar);
         } else {
             dr_mbar_expect_tx(&wbar, (uint32_t)(nu * mtb));
             for (int m = 0; m < nu; m++)
-                dr_bulk_g2s(wb + m * mtb, A.w1 + lw * A.s1 + (size_t)(u0 + m) * mtb, (uint32_t)mtb, &wbar);
+                dr_bulk_g2s(wb + m * mtb, lcopy(A.w1, A.s1, l) + (size_t)(u0 + m) * mtb, (uint32_t)mtb, &wbar);
         }
     };
     auto staged = [&] { /* every thread: the copy this step reads has landed */
@@ -326,13 +329,13 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
         const unsigned E = (unsigned)li + 1u;
         /* cl+rs: a pass's first layer (not the launch's first, whose x the previous launch's S5 wrote) samples */
         const bool rs_here = RS && li % NLP == 0 && li > A.l0;
-        /* this layer's copy of the matrices (hbm modes: copy li % 4, each the same tiles) */
-        const size_t lw = (size_t)(li % NLP);
-        const uint8_t *wq = A.wq + lw * A.sq, *wo = A.wo + lw * A.so, *w1 = A.w1 + lw * A.s1, *w2 = A.w2 + lw * A.s2;
+        const uint8_t *wq = lcopy(A.wq, A.sq, li), *wo = lcopy(A.wo, A.so, li), *w1 = lcopy(A.w1, A.s1, li),
+                      *w2 = lcopy(A.w2, A.s2, li);
         if (A.pf && li + 1 < A.l1) { /* hbm+pf: this SM's tiles of the next layer into L2, before any wait */
-            const size_t ln = (size_t)((li + 1) % NLP), mtb = (size_t)KTD * TILE, chb = (size_t)CU_CKT * TILE;
-            const uint8_t *nq = A.wq + ln * A.sq, *no = A.wo + ln * A.so, *n1 = A.w1 + ln * A.s1, *n2 = A.w2 + ln * A.s2;
-            if (s1 && tid < 3) ly_pf(nq + (size_t)(tid * (D / 16) + pair * (2 * HD / 16) + r) * mtb, mtb);
+            const size_t mtb = (size_t)KTD * TILE, chb = (size_t)CU_CKT * TILE;
+            const uint8_t *nq = lcopy(A.wq, A.sq, li + 1), *no = lcopy(A.wo, A.so, li + 1),
+                          *n1 = lcopy(A.w1, A.s1, li + 1), *n2 = lcopy(A.w2, A.s2, li + 1);
+            if (s1 && tid < 3) ly_pf(nq + (size_t)qkv_mt(tid) * mtb, mtb);
             if (s1 && tid >= 32 && tid < 40) ly_pf(no + ((size_t)(8 * r + tid - 32) * KTD + pair * CU_CKT) * TILE, chb);
             if (F2) {
                 if (tid >= 64 && tid < 64 + nown) ly_pf(n1 + (size_t)(8 * (pair + ncl * (tid - 64)) + r) * mtb, mtb);
@@ -376,7 +379,7 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
                                [&](int mtl, int ci) { return wb + ((size_t)mtl * KTD + ci * CU_CKT) * TILE; });
             } else {
                 lc_items<false>(part, 3, NCHD, act, [&](int mtl, int ci) { /* the pair's q, k, v m-tiles of rank r */
-                    return wq + ((size_t)(mtl * (D / 16) + pair * (2 * HD / 16) + r) * KTD + ci * CU_CKT) * TILE;
+                    return wq + ((size_t)qkv_mt(mtl) * KTD + ci * CU_CKT) * TILE;
                 });
             }
             bar_nc();

@@ -17,7 +17,9 @@
 #   layerchain.cu  GPT B1 passes of four three-hop layers (attention and the out chunk's partial on clusters of 8
 #               sharing q/k/v through DSMEM; the out sum in fc1's step), the head and the exact sampler, lean, through
 #               every SM: the fused design's frame floor; variants with the sampler on the attention SMs (cl+rs) and
-#               with the FFN in one step on clusters that own fc2 chunks (cl+rs+f2: two hops a layer)
+#               with the FFN in one step on clusters that own fc2 chunks (cl+rs+f2: two hops a layer), the sampler on
+#               8 warps (cl+rs+s256), each SM's qkv / fc1 tiles staged in shared memory (cl+rs+st), weights from
+#               HBM (hbm modes)
 #   stage.cu    the phases of a latency-executor step (poll, norm statistics, normalise, mma items) on one SM
 #               in isolation, with the library's device functions (hence -I ../../../src -I ../../../include)
 #   icache.cu   instruction fetch: how much code an SM keeps hot (straight-line and jumping), what a cold KB costs
