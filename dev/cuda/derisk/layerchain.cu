@@ -427,7 +427,8 @@ __global__ void __launch_bounds__(NC, 1) ly_kernel(ly_args A) {
                 float sum = e0 + e1;
 #pragma unroll
                 for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-                const float w0 = e0 / sum, w1 = e1 / sum;
+                float w0 = e0 / sum, w1 = e1 / sum;
+                cu_pin(w0, w1); /* one division a lane, not one a key in the loop below (nvcc's rewrite) */
                 float oa = 0.0f, ob = 0.0f;
 #pragma unroll 8
                 for (int j = 0; j < nk; j++) {
