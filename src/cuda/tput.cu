@@ -12,8 +12,9 @@
  *              tokens' group sums (tp_split writes them) before it joins the chunk's, as cu_gemm_big does;
  *   tp_epi     the running sum (plus the slabs' partials, in order) through the frame kernel's cu_epilogue
  *              (bias, activation / gate pair, residual, added rows).
- * Attention runs as a kernel of its own: tp_attend3 (a warp a (stream, kv head), up to 4 a block, cache rows staged by
- * cp.async; it also writes the out-projection's split) without GQA, tp_attend2 (a block a (stream, kv head), a warp a
+ * Attention runs as a kernel of its own: tp_attend3 (a warp a (stream, kv head) at a time, up to 4 a block, the
+ * co-resident blocks looping over the items, cache rows staged by cp.async with the next item's keys in flight; it
+ * also writes the out-projection's split) without GQA, tp_attend2 (a block a (stream, kv head), a warp a
  * query) with it, tp_attend (a warp a query from the cache, the frame kernel's cu_attend_fast) where neither fits;
  * sampling and gathers as tp_sample (a block a stream). Any other op (linears that do not suit the tile) runs, as
  * consecutive runs of ops, on the frame kernel (cu_launch_ops). So the numbers are the frame kernel's bit for bit: the
@@ -505,8 +506,9 @@ __device__ __forceinline__ void tp_value_sum(const float *Vs, int HD, int nk, fl
     }
 }
 
-/* One attention op for many streams, one warp a (stream, kv head) (up to 4 warps a block, each on its own, no block
- * barrier): the group's earlier keys copied from the cache into shared memory with 16-byte cp.async, all in flight at
+/* One attention op for many streams, one warp a (stream, kv head) at a time (up to 4 warps a block, each on its own,
+ * no block barrier; a grid of the co-resident blocks, each warp looping over items with two buffers: the next item's
+ * keys are copied while this item's softmax and value sum run): the group's earlier keys copied from the cache into shared memory with 16-byte cp.async, all in flight at
  * once (the op reads ~8 KB a position a stream at GPT dims, so it is bound by the cache's bytes, not by the warp's
  * arithmetic); meanwhile this pass's keys (rotated) and values from the qkv rows and the group's G P rotated queries
  * (G P <= 2), with the functions cu_attend_fast uses. Then the append (the values cu_attend_fast writes) and every
@@ -526,115 +528,131 @@ __global__ void __launch_bounds__(128, 8) tp_attend3(const cu_attend A, int n, u
     const int HD = HDC ? HDC : A.HD, G = A.H / A.KVH, kvw = A.KVH * HD, qw = (A.H + 2 * A.KVH) * HD, P = A.P,
               p0 = A.p0;
     const int nk = p0 + P, KS = HD + 4, C = HD / 4, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int item = blockIdx.x * (blockDim.x >> 5) + warp; /* (stream, kv head): a warp each, no block barrier */
-    if (item >= n * A.KVH) return;
-    const int s = item / A.KVH, kh = item % A.KVH;
-    /* a warp's shared memory: the keys (rows of KS floats), then the values in the same place (rows of HD), this
-     * pass's values (P rows), the queries (G P rows; G P <= 2: tp_attend3_ok) */
-    float *KV = tp_kv + (size_t)warp * (nk * KS + P * HD + G * P * HD), *NV = KV + (size_t)nk * KS,
-          *Qs = NV + (size_t)P * HD;
-    const float *tok0 = A.qkv + (size_t)s * P * qw;
-    const float *kc = A.kc + (size_t)s * A.cstride + (size_t)kh * HD,
-                *vc = A.vc + (size_t)s * A.cstride + (size_t)kh * HD;
-    for (int idx = lane; idx < p0 * C; idx += 32) { /* earlier positions' keys from the cache */
-        const int j = idx / C, c = 4 * (idx % C);
-        cu_cp_async16(KV + (size_t)j * KS + c, kc + (size_t)j * kvw + c);
-    }
-    cu_cp_commit();
-    const int voff = (A.H + A.KVH + kh) * HD;
-    for (int r = 0; r < P; r++) { /* this pass's keys (rotated) and values */
-        cu_norm_rot_row(A, tok0 + (size_t)r * qw + (size_t)(A.H + kh) * HD, A.kn, p0 + r, KV + (size_t)(p0 + r) * KS,
-                        lane);
-        for (int d = lane; d < HD; d += 32) NV[(size_t)r * HD + d] = __ldcg(tok0 + (size_t)r * qw + voff + d);
-    }
-    for (int q = 0; q < G * P; q++) /* the queries (rotated): q = g P + i */
-        cu_norm_rot_row(A, tok0 + (size_t)(q % P) * qw + (size_t)(kh * G + q / P) * HD, A.qn, p0 + q % P,
-                        Qs + (size_t)q * HD, lane);
-    cu_cp_wait<0>();
-    __syncwarp();
-    for (int r = 0; r < P; r++) { /* the append: token (s, r)'s key and value for this kv head */
-        float *kd = A.kc + (size_t)s * A.cstride + (size_t)(p0 + r) * kvw + (size_t)kh * HD;
-        float *vd = A.vc + (size_t)s * A.cstride + (size_t)(p0 + r) * kvw + (size_t)kh * HD;
-        for (int d = lane; d < HD; d += 32) {
-            kd[d] = KV[(size_t)(p0 + r) * KS + d];
-            vd[d] = NV[(size_t)r * HD + d];
+    const int W = blockDim.x >> 5, items = n * A.KVH, GW = gridDim.x * W;
+    int item = blockIdx.x * W + warp; /* (stream, kv head): a warp each, items item, item + GW, ...; no block barrier */
+    if (item >= items) return;
+    /* a warp's shared memory: two buffers (this item's, the next one's keys arriving), each the keys (rows of KS
+     * floats), then the values in the same place (rows of HD), this pass's values (P rows), the queries (G P rows;
+     * G P <= 2: tp_attend3_ok) */
+    const size_t wsz = (size_t)nk * KS + (size_t)P * HD + (size_t)G * P * HD;
+    float *const buf0 = tp_kv + (size_t)warp * 2 * wsz;
+    auto keys = [&](int it, float *KV) { /* earlier positions' keys of item it from the cache, one cp.async group */
+        const float *kc = A.kc + (size_t)(it / A.KVH) * A.cstride + (size_t)(it % A.KVH) * HD;
+        for (int idx = lane; idx < p0 * C; idx += 32) {
+            const int j = idx / C, c = 4 * (idx % C);
+            cu_cp_async16(KV + (size_t)j * KS + c, kc + (size_t)j * kvw + c);
         }
-    }
-    const float scale = sqrtf((float)HD);
-    float sc[2][2]; /* [query][key lane + 32 r] */
+        cu_cp_commit();
+    };
+    keys(item, buf0);
+    for (int b = 0; item < items; item += GW, b ^= 1) {
+        float *KV = buf0 + (size_t)b * wsz, *NV = KV + (size_t)nk * KS, *Qs = NV + (size_t)P * HD;
+        const int s = item / A.KVH, kh = item % A.KVH;
+        const float *tok0 = A.qkv + (size_t)s * P * qw;
+        const float *vc = A.vc + (size_t)s * A.cstride + (size_t)kh * HD;
+        const int voff = (A.H + A.KVH + kh) * HD;
+        for (int r = 0; r < P; r++) { /* this pass's keys (rotated) and values */
+            cu_norm_rot_row(A, tok0 + (size_t)r * qw + (size_t)(A.H + kh) * HD, A.kn, p0 + r,
+                            KV + (size_t)(p0 + r) * KS, lane);
+            for (int d = lane; d < HD; d += 32) NV[(size_t)r * HD + d] = __ldcg(tok0 + (size_t)r * qw + voff + d);
+        }
+        for (int q = 0; q < G * P; q++) /* the queries (rotated): q = g P + i */
+            cu_norm_rot_row(A, tok0 + (size_t)(q % P) * qw + (size_t)(kh * G + q / P) * HD, A.qn, p0 + q % P,
+                            Qs + (size_t)q * HD, lane);
+        cu_cp_wait<0>(); /* this item's keys */
+        __syncwarp();
+        for (int r = 0; r < P; r++) { /* the append: token (s, r)'s key and value for this kv head */
+            float *kd = A.kc + (size_t)s * A.cstride + (size_t)(p0 + r) * kvw + (size_t)kh * HD;
+            float *vd = A.vc + (size_t)s * A.cstride + (size_t)(p0 + r) * kvw + (size_t)kh * HD;
+            for (int d = lane; d < HD; d += 32) {
+                kd[d] = KV[(size_t)(p0 + r) * KS + d];
+                vd[d] = NV[(size_t)r * HD + d];
+            }
+        }
+        const float scale = sqrtf((float)HD);
+        float sc[2][2]; /* [query][key lane + 32 r] */
 #pragma unroll
-    for (int q = 0; q < 2; q++) {
-        sc[q][0] = sc[q][1] = -INFINITY;
-        if (q >= G * P) continue;
-        const int nq = p0 + q % P + 1;
-        const float4 *sq = (const float4 *)(Qs + (size_t)q * HD);
+        for (int q = 0; q < 2; q++) {
+            sc[q][0] = sc[q][1] = -INFINITY;
+            if (q >= G * P) continue;
+            const int nq = p0 + q % P + 1;
+            const float4 *sq = (const float4 *)(Qs + (size_t)q * HD);
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int j = lane + 32 * r;
-            if (j < nq) {
-                const float4 *kr = (const float4 *)(KV + (size_t)j * KS);
-                float d = 0.0f;
+            for (int r = 0; r < 2; r++) {
+                const int j = lane + 32 * r;
+                if (j < nq) {
+                    const float4 *kr = (const float4 *)(KV + (size_t)j * KS);
+                    float d = 0.0f;
 #pragma unroll 4
-                for (int c = 0; c < C; c++) {
-                    const float4 k = kr[c], x = sq[c];
-                    d = d + x.x * k.x;
-                    d = d + x.y * k.y;
-                    d = d + x.z * k.z;
-                    d = d + x.w * k.w;
-                }
-                sc[q][r] = d / scale;
-            }
-        }
-    }
-    __syncwarp(); /* every lane is done with the keys: the values take their place */
-    for (int idx = lane; idx < p0 * C; idx += 32) { /* earlier positions' values from the cache */
-        const int j = idx / C, c = 4 * (idx % C);
-        cu_cp_async16(KV + (size_t)j * HD + c, vc + (size_t)j * kvw + c);
-    }
-    cu_cp_commit();
-    for (int r = 0; r < P; r++)
-        for (int d = lane; d < HD; d += 32) KV[(size_t)(p0 + r) * HD + d] = NV[(size_t)r * HD + d];
-    float w[2][2]; /* the softmax weights while the values arrive */
-#pragma unroll
-    for (int q = 0; q < 2; q++) {
-        w[q][0] = w[q][1] = 0.0f;
-        if (q >= G * P) continue;
-        const int nq = p0 + q % P + 1;
-        float m = fmaxf(sc[q][0], sc[q][1]);
-        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-        float e0 = lane < nq ? expf(sc[q][0] - m) : 0.0f, e1 = lane + 32 < nq ? expf(sc[q][1] - m) : 0.0f;
-        float sum = e0 + e1;
-        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        float w0 = e0 / sum, w1 = e1 / sum;
-        cu_pin(w0, w1);
-        w[q][0] = w0, w[q][1] = w1;
-    }
-    cu_cp_wait<0>();
-    __syncwarp();
-#pragma unroll
-    for (int q = 0; q < 2; q++) {
-        if (q >= G * P) continue;
-        const int g = q / P, i = q % P, h = kh * G + g, nq = p0 + i + 1;
-        const size_t orow = ((size_t)s * P + i) * A.H * HD + (size_t)h * HD;
-        for (int d0 = 0; d0 < HD; d0 += 64) {
-            const int da = d0 + lane, db = d0 + 32 + lane;
-            float oa = 0.0f, ob = 0.0f;
-            tp_value_sum(KV, HD, nq, w[q][0], w[q][1], da, db, oa, ob);
-            if (da < HD) {
-                A.out[orow + da] = oa;
-                if (hi) {
-                    const uint32_t wd = cu_split_pack(oa);
-                    hi[orow + da] = (uint16_t)(wd & 0xFFFFu), lo[orow + da] = (uint16_t)(wd >> 16);
-                }
-            }
-            if (db < HD) {
-                A.out[orow + db] = ob;
-                if (hi) {
-                    const uint32_t wd = cu_split_pack(ob);
-                    hi[orow + db] = (uint16_t)(wd & 0xFFFFu), lo[orow + db] = (uint16_t)(wd >> 16);
+                    for (int c = 0; c < C; c++) {
+                        const float4 k = kr[c], x = sq[c];
+                        d = d + x.x * k.x;
+                        d = d + x.y * k.y;
+                        d = d + x.z * k.z;
+                        d = d + x.w * k.w;
+                    }
+                    sc[q][r] = d / scale;
                 }
             }
         }
+        __syncwarp(); /* every lane is done with the keys: the values take their place */
+        for (int idx = lane; idx < p0 * C; idx += 32) { /* earlier positions' values from the cache */
+            const int j = idx / C, c = 4 * (idx % C);
+            cu_cp_async16(KV + (size_t)j * HD + c, vc + (size_t)j * kvw + c);
+        }
+        cu_cp_commit();
+        /* the next item's keys into the other buffer (its last reads, the previous item's value sums, are done:
+         * the __syncwarp above) while this item's softmax and value sum run */
+        const int more = item + GW < items;
+        if (more) keys(item + GW, buf0 + (size_t)(b ^ 1) * wsz);
+        for (int r = 0; r < P; r++)
+            for (int d = lane; d < HD; d += 32) KV[(size_t)(p0 + r) * HD + d] = NV[(size_t)r * HD + d];
+        float w[2][2]; /* the softmax weights while the values arrive */
+#pragma unroll
+        for (int q = 0; q < 2; q++) {
+            w[q][0] = w[q][1] = 0.0f;
+            if (q >= G * P) continue;
+            const int nq = p0 + q % P + 1;
+            float m = fmaxf(sc[q][0], sc[q][1]);
+            for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+            float e0 = lane < nq ? expf(sc[q][0] - m) : 0.0f, e1 = lane + 32 < nq ? expf(sc[q][1] - m) : 0.0f;
+            float sum = e0 + e1;
+            for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            float w0 = e0 / sum, w1 = e1 / sum;
+            cu_pin(w0, w1);
+            w[q][0] = w0, w[q][1] = w1;
+        }
+        if (more) /* this item's values (the group before the next item's keys) */
+            cu_cp_wait<1>();
+        else
+            cu_cp_wait<0>();
+        __syncwarp();
+#pragma unroll
+        for (int q = 0; q < 2; q++) {
+            if (q >= G * P) continue;
+            const int g = q / P, i = q % P, h = kh * G + g, nq = p0 + i + 1;
+            const size_t orow = ((size_t)s * P + i) * A.H * HD + (size_t)h * HD;
+            for (int d0 = 0; d0 < HD; d0 += 64) {
+                const int da = d0 + lane, db = d0 + 32 + lane;
+                float oa = 0.0f, ob = 0.0f;
+                tp_value_sum(KV, HD, nq, w[q][0], w[q][1], da, db, oa, ob);
+                if (da < HD) {
+                    A.out[orow + da] = oa;
+                    if (hi) {
+                        const uint32_t wd = cu_split_pack(oa);
+                        hi[orow + da] = (uint16_t)(wd & 0xFFFFu), lo[orow + da] = (uint16_t)(wd >> 16);
+                    }
+                }
+                if (db < HD) {
+                    A.out[orow + db] = ob;
+                    if (hi) {
+                        const uint32_t wd = cu_split_pack(ob);
+                        hi[orow + db] = (uint16_t)(wd & 0xFFFFu), lo[orow + db] = (uint16_t)(wd >> 16);
+                    }
+                }
+            }
+        }
+        __syncwarp(); /* every lane is done with this buffer before the next-but-one item's keys come into it */
     }
 }
 
@@ -782,9 +800,10 @@ static size_t tp_attend2_smem(const cu_attend *A) {
     return (((nk * (A->HD + 1) + 3) & ~(size_t)3) + nk * A->HD + (size_t)(A->H / A->KVH) * A->P * A->HD) * 4;
 }
 static int tp_attend2_ok(const cu_attend *A) { return A->HD % 4 == 0 && tp_attend2_smem(A) <= 48 * 1024; }
-static size_t tp_attend3_smem(const cu_attend *A) { /* a warp's: keys then values, this pass's values, queries */
+static size_t tp_attend3_smem(const cu_attend *A) { /* a warp's: two buffers of keys then values, this pass's
+                                                        * values, queries */
     const size_t nk = (size_t)A->p0 + A->P;
-    return (nk * (A->HD + 4) + (size_t)A->P * A->HD + (size_t)(A->H / A->KVH) * A->P * A->HD) * 4;
+    return 2 * (nk * (A->HD + 4) + (size_t)A->P * A->HD + (size_t)(A->H / A->KVH) * A->P * A->HD) * 4;
 }
 /* 1 when tp_attend3 suits op A: one query a (stream, kv head) group (no GQA: with G q heads a warp would attend
  * them one after the other, slower than tp_attend's warp a query at CSM dims, measured) */
@@ -990,9 +1009,14 @@ static dd_status tp_enqueue(tp_exec *x, int v, int n, float temp, int topk, cuda
             void (*k)(cu_attend, int, uint16_t *, uint16_t *) = o->att.HD == 64    ? tp_attend3<64>
                                                                 : o->att.HD == 128 ? tp_attend3<128>
                                                                                    : tp_attend3<0>;
-            CU_TRY(tp_launch(k, dim3((items + W - 1) / W), dim3(32 * W), W * ws, stream, o->att, n,
-                             hn, ln),
-                   err, "throughput executor launch");
+            /* as many blocks as are co-resident (each warp loops over items, the next item's keys in flight while
+             * it works on one), at most one a W items */
+            int per = 0, blocks = (items + W - 1) / W;
+            CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k, 32 * W, W * ws), err,
+                   "throughput executor occupancy");
+            if (per > 0 && blocks > per * x->sms) blocks = per * x->sms;
+            CU_TRY(tp_launch(k, dim3(blocks), dim3(32 * W), W * ws, stream, o->att, n, hn, ln), err,
+                   "throughput executor launch");
             split_done = chain;
             i++;
             continue;
