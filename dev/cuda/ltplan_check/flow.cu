@@ -29,7 +29,7 @@
  *       from the repository root. One line per (model, device shape), and the first problems of each plan that
  *       has any; exit 0 when every built plan passes. --all: the models of full dimensions too (slow: `--all --only
  *       "gpt bf16"` had not finished after 55 min; with `--n 1 --dev 0` ~2 min); --only: the models whose name
- *       contains NAME; --n: batch N only; --dev: device shape D only (0: 132 SMs, 1: 66); --mutate: a fault in every
+ *       contains NAME; --n: batch N only; --dev: device shape D only (0: 132 SMs, 1: 66, 2: 120); --mutate: a fault in every
  *       plan (mutate() below; exit 1 then); -v: a line per plan. */
 #include "fake.inc"
 
@@ -644,10 +644,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--mutate") && i + 1 < argc) g_mutate = argv[++i];
         else if (!strcmp(argv[i], "--n") && i + 1 < argc && atoi(argv[i + 1]) >= 1 && atoi(argv[i + 1]) <= LT_MAX_N)
             g_n = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--dev") && i + 1 < argc && (!strcmp(argv[i + 1], "0") || !strcmp(argv[i + 1], "1")))
+        else if (!strcmp(argv[i], "--dev") && i + 1 < argc && argv[i + 1][0] >= '0' &&
+                 argv[i + 1][0] < '0' + (int)(sizeof lt_devs / sizeof *lt_devs) && !argv[i + 1][1])
             g_dev = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--all] [--temp] [--only NAME] [--n 1..%d] [--dev 0|1] "
+            fprintf(stderr, "usage: %s [--all] [--temp] [--only NAME] [--n 1..%d] [--dev 0|1|2] "
                             "[--mutate epoch|wait|piece|nobarrier] [-v]\n", argv[0], LT_MAX_N);
             return 2;
         }
