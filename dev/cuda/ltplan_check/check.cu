@@ -2,8 +2,9 @@
  * (src/cuda/lat.cu, lt_translate), are the plans its old builder made (old_build.inc: lat.cu's host code at 0bf2d7c,
  * verbatim), byte for byte: every lt_op, lt_step, lt_piece and lt_sm the kernel reads (so the units' placement, the
  * K splits, the pieces and their L2 residency too), and whether the plan fits at all, for a set of models, every
- * plan kind, n = 1 .. LT_MAX_N streams and both roles (attention and samplers on SMs of their own or not), on two
- * device shapes (132 SMs and a 50 MiB L2 as on the H200; 66 SMs and 25 MiB). No GPU: the decoder state and the
+ * plan kind, n = 1 .. LT_MAX_N streams and both roles (attention and samplers on SMs of their own or not), on the
+ * device shapes of fake.inc (132 SMs and a 50 MiB L2 as on the H200; 66 SMs and 25 MiB; 120 SMs). No GPU: the
+ * decoder state and the
  * executor are fake and the plan's device allocation and upload go to host memory (fake.inc, shared with flow.cu),
  * so only the plans are compared, nothing is run.
  *
@@ -198,9 +199,9 @@ int main(int argc, char **argv) {
         dd_model_free(m);
     }
     lt_free_pos();
-    printf("ltplan_check: %d models x 2 device shapes, %ld plans (kind x n 1..%d x role): %ld built (%ld ops, %ld "
+    printf("ltplan_check: %d models x %d device shapes, %ld plans (kind x n 1..%d x role): %ld built (%ld ops, %ld "
            "steps, %ld pieces compared), %ld fit neither way, %ld refused by the new builder as expected; %s\n",
-           nmodels, T.plans, LT_MAX_N, T.built, T.ops, T.steps, T.pieces, T.unfit, T.refused,
+           nmodels, (int)(sizeof lt_devs / sizeof *lt_devs), T.plans, LT_MAX_N, T.built, T.ops, T.steps, T.pieces, T.unfit, T.refused,
            failed || T.bad ? "DIFFERENCES (above)" : "every plan identical to the old builder's");
     if (g_mutate) printf("(--mutate %s: %ld plans reported different)\n", g_mutate, T.bad);
     return failed || T.bad ? 1 : 0;

@@ -1,6 +1,6 @@
 /* Host-only check of the latency executor's plans as its kernel would run them (src/cuda/lat.cu, lt_kernel): for a
  * set of models (fake.inc: the fixtures, the Kyutai MLX ones included, and the tiny synthetic models), every plan
- * kind, n = 1 .. LT_MAX_N streams, both roles and two device shapes, it builds the plan (build_plan_role, on the
+ * kind, n = 1 .. LT_MAX_N streams, both roles and three device shapes, it builds the plan (build_plan_role, on the
  * fake executor of fake.inc: nothing runs on a GPU) and checks
  *   - the weight pieces: each SM's pieces are, in order, exactly the pieces its linear steps consume (the producer
  *     warp issues npre + npass (Q - l0) of them, lt_producer; the compute warps wait for them one by one,
@@ -676,7 +676,7 @@ int main(int argc, char **argv) {
     lt_free_pos();
     printf("ltplan_flow: %d models x %d device shapes, %ld plans (kind x n %d..%d x role): %ld built, %ld fit neither "
            "way; %s\n",
-           nmodels, g_dev < 0 ? 2 : 1, T.plans, g_n ? g_n : 1, g_n ? g_n : LT_MAX_N, T.built, T.unfit,
+           nmodels, g_dev < 0 ? (int)(sizeof lt_devs / sizeof *lt_devs) : 1, T.plans, g_n ? g_n : 1, g_n ? g_n : LT_MAX_N, T.built, T.unfit,
            failed || T.bad ? "PROBLEMS (above)" : "every built plan's pieces and dataflow pass");
     return failed || T.bad ? 1 : 0;
 }
