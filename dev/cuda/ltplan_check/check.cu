@@ -4,9 +4,8 @@
  * K splits, the pieces and their L2 residency too), and whether the plan fits at all, for a set of models, every
  * plan kind, n = 1 .. LT_MAX_N streams and both roles (attention and samplers on SMs of their own or not), on the
  * device shapes of fake.inc (132 SMs and a 50 MiB L2 as on the H200; 66 SMs and 25 MiB; 120 SMs). No GPU: the
- * decoder state and the
- * executor are fake and the plan's device allocation and upload go to host memory (fake.inc, shared with flow.cu),
- * so only the plans are compared, nothing is run.
+ * decoder state and the executor are fake and the plan's device allocation and upload go to host memory (fake.inc,
+ * shared with flow.cu), so only the plans are compared, nothing is run.
  *
  *   make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda lib && dev/cuda/ltplan_check/build.sh
  *   build-cuda/ltplan_check [--mutate op|step|piece] [-v]
