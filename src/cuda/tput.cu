@@ -508,18 +508,18 @@ __device__ __forceinline__ void tp_value_sum(const float *Vs, int HD, int nk, fl
 
 /* One attention op for many streams, one warp a (stream, kv head) at a time (up to 4 warps a block, each on its own,
  * no block barrier; a grid of the co-resident blocks, each warp looping over items with two buffers: the next item's
- * keys are copied while this item's softmax and value sum run): the group's earlier keys copied from the cache into shared memory with 16-byte cp.async, all in flight at
- * once (the op reads ~8 KB a position a stream at GPT dims, so it is bound by the cache's bytes, not by the warp's
- * arithmetic); meanwhile this pass's keys (rotated) and values from the qkv rows and the group's G P rotated queries
- * (G P <= 2), with the functions cu_attend_fast uses. Then the append (the values cu_attend_fast writes) and every
- * query's scores; then the earlier values are copied over the keys in the same shared memory while the softmax runs
- * (a second round trip, for about half the shared memory a warp: more warps an SM), and the value sums. The
- * arithmetic is cu_attend_fast's in its order: lane j takes keys
- * j and j + 32 (a sequential float32 dot over HD from 16-byte reads of its key row; rows padded to HD + 4 floats, so
- * the 8 lanes of a quarter warp read distinct banks), max and sum over the same xor trees, lanes over dims d0 + lane
- * and d0 + 32 + lane for the weighted sum in key order. With hi/lo set, the output rows are also split into two bf16
- * terms (the next linear reads them without a norm: tp_split's values). HD % 4 == 0, 16-byte aligned cache rows;
- * dynamic shared memory tp_attend3_smem. */
+ * keys are copied while this item's softmax and value sum run). Per item: the group's earlier keys copied from the
+ * cache into shared memory with 16-byte cp.async, all in flight at once (the op reads ~8 KB a position a stream at
+ * GPT dims, so it is bound by the cache's bytes, not by the warp's arithmetic); meanwhile this pass's keys (rotated)
+ * and values from the qkv rows and the group's G P rotated queries (G P <= 2), with the functions cu_attend_fast
+ * uses. Then the append (the values cu_attend_fast writes) and every query's scores; then the earlier values are
+ * copied over the keys in the same shared memory while the softmax runs (a second round trip, for about half the
+ * shared memory a buffer: more warps an SM), and the value sums. The arithmetic is cu_attend_fast's in its order:
+ * lane j takes keys j and j + 32 (a sequential float32 dot over HD from 16-byte reads of its key row; rows padded to
+ * HD + 4 floats, so the 8 lanes of a quarter warp read distinct banks), max and sum over the same xor trees, lanes
+ * over dims d0 + lane and d0 + 32 + lane for the weighted sum in key order. With hi/lo set, the output rows are also
+ * split into two bf16 terms (the next linear reads them without a norm: tp_split's values). HD % 4 == 0, 16-byte
+ * aligned cache rows; dynamic shared memory tp_attend3_smem. */
 template <int HDC> /* HDC: the head width as a constant (its address and loop arithmetic folded), 0: A.HD */
 __global__ void __launch_bounds__(128, 8) tp_attend3(const cu_attend A, int n, uint16_t *hi, uint16_t *lo) {
     extern __shared__ __align__(16) float tp_kv[];
