@@ -38,25 +38,25 @@ __device__ __forceinline__ void cu_qk_norm(LD ld, float *dst, int HD, const floa
 }
 
 /* a head row with the q/k norm applied when nw, RoPE'd for position p when the model has RoPE, into dst (warp
- * scratch or the cache); src in global memory */
-__device__ __forceinline__ void cu_norm_rot_row(const cu_attend &A, const float *src, const float *nw, int p, float *dst,
-                                                int lane) {
+ * scratch or the cache); ld(d) reads the source row (global or shared memory) */
+template <class LD>
+__device__ __forceinline__ void cu_norm_rot_ld(const cu_attend &A, LD ld, const float *nw, int p, float *dst, int lane) {
     const int HD = A.HD, half = HD / 2;
     if (!nw) {
         if (A.rope) {
             for (int j = lane; j < half; j += 32) {
                 float o0, o1;
-                cu_rope_pair(A.rope, HD, p, j, __ldcg(src + j), __ldcg(src + j + half), o0, o1);
+                cu_rope_pair(A.rope, HD, p, j, ld(j), ld(j + half), o0, o1);
                 dst[j] = o0;
                 dst[j + half] = o1;
             }
-            for (int d = 2 * half + lane; d < HD; d += 32) dst[d] = __ldcg(src + d);
+            for (int d = 2 * half + lane; d < HD; d += 32) dst[d] = ld(d);
         } else {
-            for (int d = lane; d < HD; d += 32) dst[d] = __ldcg(src + d);
+            for (int d = lane; d < HD; d += 32) dst[d] = ld(d);
         }
         return;
     }
-    cu_qk_norm([&](int d) { return __ldcg(src + d); }, dst, HD, nw, A.qk_eps, lane);
+    cu_qk_norm(ld, dst, HD, nw, A.qk_eps, lane);
     __syncwarp();
     if (A.rope) {
         for (int j = lane; j < half; j += 32) { /* lane j owns the pair (j, j + half): in place */
@@ -67,6 +67,12 @@ __device__ __forceinline__ void cu_norm_rot_row(const cu_attend &A, const float 
         }
     }
     __syncwarp();
+}
+
+/* the same with the source row in global memory (read through L2: the qkv rows were written by other SMs) */
+__device__ __forceinline__ void cu_norm_rot_row(const cu_attend &A, const float *src, const float *nw, int p, float *dst,
+                                                int lane) {
+    cu_norm_rot_ld(A, [&](int d) { return __ldcg(src + d); }, nw, p, dst, lane);
 }
 
 /* append k, v of token (s, i) for kv head kh into the cache (one warp) */

@@ -13,8 +13,8 @@
  *   tp_epi     the running sum (plus the slabs' partials, in order) through the frame kernel's cu_epilogue
  *              (bias, activation / gate pair, residual, added rows).
  * Attention runs as a kernel of its own: tp_attend3 (a warp a (stream, kv head) at a time, up to 4 a block, the
- * co-resident blocks looping over the items, cache rows staged by cp.async with the next item's keys in flight; it
- * also writes the out-projection's split) without GQA, tp_attend2 (a block a (stream, kv head), a warp a
+ * co-resident blocks looping over the items, everything an item reads staged by cp.async while the item before it
+ * is computed; it also writes the out-projection's split) without GQA, tp_attend2 (a block a (stream, kv head), a warp a
  * query) with it, tp_attend (a warp a query from the cache, the frame kernel's cu_attend_fast) where neither fits;
  * sampling and gathers as tp_sample (a block a stream). Any other op (linears that do not suit the tile) runs, as
  * consecutive runs of ops, on the frame kernel (cu_launch_ops). So the numbers are the frame kernel's bit for bit: the
@@ -54,6 +54,7 @@
 #define TP_STAGE_MAX (2 * 128 * TP_BK * 2 + TP_A_BYTES) /* BN = 128: 48 KB */
 #define TP_SMEM (TP_STAGES * TP_STAGE_MAX + 1024 /* alignment */ + 256 /* barriers */)
 #define TP_PART_BYTES ((size_t)64 << 20) /* split-K partials at most */
+#define TP_ATT3_SMEM (96 * 1024)          /* a tp_attend3 warp's shared memory at most (its launch attribute) */
 static_assert(CU_CKT * 16 == 2 * TP_BK, "a chunk is two stages");
 static_assert(TP_SMEM <= 227 * 1024, "shared memory");
 
@@ -507,21 +508,20 @@ __device__ __forceinline__ void tp_value_sum(const float *Vs, int HD, int nk, fl
 }
 
 /* One attention op for many streams, one warp a (stream, kv head) at a time (up to 4 warps a block, each on its own,
- * no block barrier; a grid of the co-resident blocks, each warp looping over items with two buffers: the next item's
- * keys are copied while this item's softmax and value sum run). Per item: the group's earlier keys copied from the
- * cache into shared memory with 16-byte cp.async, all in flight at once (the op reads ~8 KB a position a stream at
- * GPT dims, so it is bound by the cache's bytes, not by the warp's arithmetic); meanwhile this pass's keys (rotated)
- * and values from the qkv rows and the group's G P rotated queries (G P <= 2), with the functions cu_attend_fast
- * uses. Then the append (the values cu_attend_fast writes) and every query's scores; then the earlier values are
- * copied over the keys in the same shared memory while the softmax runs (a second round trip, for about half the
- * shared memory a buffer: more warps an SM), and the value sums. The arithmetic is cu_attend_fast's in its order:
- * lane j takes keys j and j + 32 (a sequential float32 dot over HD from 16-byte reads of its key row; rows padded to
- * HD + 4 floats, so the 8 lanes of a quarter warp read distinct banks), max and sum over the same xor trees, lanes
- * over dims d0 + lane and d0 + 32 + lane for the weighted sum in key order. With hi/lo set, the output rows are also
- * split into two bf16 terms (the next linear reads them without a norm: tp_split's values). HD % 4 == 0, 16-byte
- * aligned cache rows; dynamic shared memory tp_attend3_smem. */
+ * no block barrier; a grid of the co-resident blocks, each warp looping over items with two buffers). Everything an
+ * item reads is copied into its buffer with 16-byte cp.async as one group, issued while the item before it is
+ * computed: the group's earlier keys and values from the cache and this pass's q / k / v rows of the group (the op
+ * reads ~8 KB a position a stream at GPT dims, so it is bound by the cache's bytes and their round trips, not by the
+ * warp's arithmetic; no load waits inside an item). Then, from shared memory, this pass's keys (rotated), values and
+ * the G P rotated queries (G P <= 2), with the functions cu_attend_fast uses; the append (the values
+ * cu_attend_fast writes); every query's scores, softmax and value sums. The arithmetic is cu_attend_fast's in its
+ * order: lane j takes keys j and j + 32 (a sequential float32 dot over HD from 16-byte reads of its key row; rows
+ * padded to HD + 4 floats, so the 8 lanes of a quarter warp read distinct banks), max and sum over the same xor
+ * trees, lanes over dims d0 + lane and d0 + 32 + lane for the weighted sum in key order. With hi/lo set, the output
+ * rows are also split into two bf16 terms (the next linear reads them without a norm: tp_split's values). HD % 4 ==
+ * 0, 16-byte aligned cache and qkv rows; dynamic shared memory tp_attend3_smem. */
 template <int HDC> /* HDC: the head width as a constant (its address and loop arithmetic folded), 0: A.HD */
-__global__ void __launch_bounds__(128, 8) tp_attend3(const cu_attend A, int n, uint16_t *hi, uint16_t *lo) {
+__global__ void __launch_bounds__(128, 4) tp_attend3(const cu_attend A, int n, uint16_t *hi, uint16_t *lo) {
     extern __shared__ __align__(16) float tp_kv[];
     tp_pdl_trigger();
     tp_pdl_wait();
@@ -531,49 +531,68 @@ __global__ void __launch_bounds__(128, 8) tp_attend3(const cu_attend A, int n, u
     const int W = blockDim.x >> 5, items = n * A.KVH, GW = gridDim.x * W;
     int item = blockIdx.x * W + warp; /* (stream, kv head): a warp each, items item, item + GW, ...; no block barrier */
     if (item >= items) return;
-    /* a warp's shared memory: two buffers (this item's, the next one's keys arriving), each the keys (rows of KS
-     * floats), then the values in the same place (rows of HD), this pass's values (P rows), the queries (G P rows;
-     * G P <= 2: tp_attend3_ok) */
-    const size_t wsz = (size_t)nk * KS + (size_t)P * HD + (size_t)G * P * HD;
+    /* a warp's shared memory: two buffers (this item's, the next one's arriving), each the keys (nk rows of KS
+     * floats), the values (nk rows of HD), the queries (G P rows) and this pass's raw rows (P rows of the group's G
+     * q heads, its k head, its v head); G P <= 2: tp_attend3_ok */
+    const int RW = (G + 2) * HD; /* floats of a raw row */
+    const size_t wsz = (size_t)nk * (KS + HD) + (size_t)G * P * HD + (size_t)P * RW;
     float *const buf0 = tp_kv + (size_t)warp * 2 * wsz;
-    auto keys = [&](int it, float *KV) { /* earlier positions' keys of item it from the cache, one cp.async group */
-        const float *kc = A.kc + (size_t)(it / A.KVH) * A.cstride + (size_t)(it % A.KVH) * HD;
+    auto fetch = [&](int it, float *KV) { /* item it's earlier keys and values, this pass's rows: one group */
+        const int s = it / A.KVH, kh = it % A.KVH;
+        const size_t co = (size_t)s * A.cstride + (size_t)kh * HD;
+        float *Vs = KV + (size_t)nk * KS, *Rs = Vs + (size_t)nk * HD + (size_t)G * P * HD;
         for (int idx = lane; idx < p0 * C; idx += 32) {
             const int j = idx / C, c = 4 * (idx % C);
-            cu_cp_async16(KV + (size_t)j * KS + c, kc + (size_t)j * kvw + c);
+            cu_cp_async16(KV + (size_t)j * KS + c, A.kc + co + (size_t)j * kvw + c);
+            cu_cp_async16(Vs + (size_t)j * HD + c, A.vc + co + (size_t)j * kvw + c);
+        }
+        const float *tok0 = A.qkv + (size_t)s * P * qw;
+        for (int idx = lane; idx < P * (G + 2) * C; idx += 32) { /* 16-byte pieces of the raw rows */
+            const int r = idx / ((G + 2) * C), c = idx % ((G + 2) * C), seg = c / C, off = 4 * (c % C);
+            const int col = seg < G ? (kh * G + seg) * HD : seg == G ? (A.H + kh) * HD : (A.H + A.KVH + kh) * HD;
+            cu_cp_async16(Rs + (size_t)r * RW + seg * HD + off, tok0 + (size_t)r * qw + col + off);
         }
         cu_cp_commit();
     };
-    keys(item, buf0);
+    fetch(item, buf0);
     for (int b = 0; item < items; item += GW, b ^= 1) {
-        float *KV = buf0 + (size_t)b * wsz, *NV = KV + (size_t)nk * KS, *Qs = NV + (size_t)P * HD;
+        float *KV = buf0 + (size_t)b * wsz, *Vs = KV + (size_t)nk * KS, *Qs = Vs + (size_t)nk * HD,
+              *Rs = Qs + (size_t)G * P * HD;
         const int s = item / A.KVH, kh = item % A.KVH;
-        const float *tok0 = A.qkv + (size_t)s * P * qw;
-        const float *vc = A.vc + (size_t)s * A.cstride + (size_t)kh * HD;
-        const int voff = (A.H + A.KVH + kh) * HD;
-        for (int r = 0; r < P; r++) { /* this pass's keys (rotated) and values */
-            cu_norm_rot_row(A, tok0 + (size_t)r * qw + (size_t)(A.H + kh) * HD, A.kn, p0 + r,
-                            KV + (size_t)(p0 + r) * KS, lane);
-            for (int d = lane; d < HD; d += 32) NV[(size_t)r * HD + d] = __ldcg(tok0 + (size_t)r * qw + voff + d);
+        /* the next item's copies into the other buffer (its last reads, the previous item's, are done: the
+         * __syncwarp at the loop's end) while this item is computed */
+        const int more = item + GW < items;
+        if (more) {
+            fetch(item + GW, buf0 + (size_t)(b ^ 1) * wsz);
+            cu_cp_wait<1>();
+        } else {
+            cu_cp_wait<0>();
         }
-        for (int q = 0; q < G * P; q++) /* the queries (rotated): q = g P + i */
-            cu_norm_rot_row(A, tok0 + (size_t)(q % P) * qw + (size_t)(kh * G + q / P) * HD, A.qn, p0 + q % P,
-                            Qs + (size_t)q * HD, lane);
-        cu_cp_wait<0>(); /* this item's keys */
+        __syncwarp();
+        for (int r = 0; r < P; r++) { /* this pass's keys (rotated) and values */
+            const float *raw = Rs + (size_t)r * RW;
+            cu_norm_rot_ld(A, [&](int d) { return raw[G * HD + d]; }, A.kn, p0 + r, KV + (size_t)(p0 + r) * KS, lane);
+            for (int d = lane; d < HD; d += 32) Vs[(size_t)(p0 + r) * HD + d] = raw[(G + 1) * HD + d];
+        }
+        for (int q = 0; q < G * P; q++) { /* the queries (rotated): q = g P + i */
+            const float *raw = Rs + (size_t)(q % P) * RW + (size_t)(q / P) * HD;
+            cu_norm_rot_ld(A, [&](int d) { return raw[d]; }, A.qn, p0 + q % P, Qs + (size_t)q * HD, lane);
+        }
         __syncwarp();
         for (int r = 0; r < P; r++) { /* the append: token (s, r)'s key and value for this kv head */
             float *kd = A.kc + (size_t)s * A.cstride + (size_t)(p0 + r) * kvw + (size_t)kh * HD;
             float *vd = A.vc + (size_t)s * A.cstride + (size_t)(p0 + r) * kvw + (size_t)kh * HD;
             for (int d = lane; d < HD; d += 32) {
                 kd[d] = KV[(size_t)(p0 + r) * KS + d];
-                vd[d] = NV[(size_t)r * HD + d];
+                vd[d] = Vs[(size_t)(p0 + r) * HD + d];
             }
         }
         const float scale = sqrtf((float)HD);
-        float sc[2][2]; /* [query][key lane + 32 r] */
+        float w[2][2]; /* [query][key lane + 32 r]: the scores, then the softmax weights */
 #pragma unroll
         for (int q = 0; q < 2; q++) {
-            sc[q][0] = sc[q][1] = -INFINITY;
+            float sc[2] = {-INFINITY, -INFINITY};
+            w[q][0] = w[q][1] = 0.0f;
             if (q >= G * P) continue;
             const int nq = p0 + q % P + 1;
             const float4 *sq = (const float4 *)(Qs + (size_t)q * HD);
@@ -591,42 +610,18 @@ __global__ void __launch_bounds__(128, 8) tp_attend3(const cu_attend A, int n, u
                         d = d + x.z * k.z;
                         d = d + x.w * k.w;
                     }
-                    sc[q][r] = d / scale;
+                    sc[r] = d / scale;
                 }
             }
-        }
-        __syncwarp(); /* every lane is done with the keys: the values take their place */
-        for (int idx = lane; idx < p0 * C; idx += 32) { /* earlier positions' values from the cache */
-            const int j = idx / C, c = 4 * (idx % C);
-            cu_cp_async16(KV + (size_t)j * HD + c, vc + (size_t)j * kvw + c);
-        }
-        cu_cp_commit();
-        /* the next item's keys into the other buffer (its last reads, the previous item's value sums, are done:
-         * the __syncwarp above) while this item's softmax and value sum run */
-        const int more = item + GW < items;
-        if (more) keys(item + GW, buf0 + (size_t)(b ^ 1) * wsz);
-        for (int r = 0; r < P; r++)
-            for (int d = lane; d < HD; d += 32) KV[(size_t)(p0 + r) * HD + d] = NV[(size_t)r * HD + d];
-        float w[2][2]; /* the softmax weights while the values arrive */
-#pragma unroll
-        for (int q = 0; q < 2; q++) {
-            w[q][0] = w[q][1] = 0.0f;
-            if (q >= G * P) continue;
-            const int nq = p0 + q % P + 1;
-            float m = fmaxf(sc[q][0], sc[q][1]);
+            float m = fmaxf(sc[0], sc[1]);
             for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-            float e0 = lane < nq ? expf(sc[q][0] - m) : 0.0f, e1 = lane + 32 < nq ? expf(sc[q][1] - m) : 0.0f;
+            float e0 = lane < nq ? expf(sc[0] - m) : 0.0f, e1 = lane + 32 < nq ? expf(sc[1] - m) : 0.0f;
             float sum = e0 + e1;
             for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
             float w0 = e0 / sum, w1 = e1 / sum;
             cu_pin(w0, w1);
             w[q][0] = w0, w[q][1] = w1;
         }
-        if (more) /* this item's values (the group before the next item's keys) */
-            cu_cp_wait<1>();
-        else
-            cu_cp_wait<0>();
-        __syncwarp();
 #pragma unroll
         for (int q = 0; q < 2; q++) {
             if (q >= G * P) continue;
@@ -635,7 +630,7 @@ __global__ void __launch_bounds__(128, 8) tp_attend3(const cu_attend A, int n, u
             for (int d0 = 0; d0 < HD; d0 += 64) {
                 const int da = d0 + lane, db = d0 + 32 + lane;
                 float oa = 0.0f, ob = 0.0f;
-                tp_value_sum(KV, HD, nq, w[q][0], w[q][1], da, db, oa, ob);
+                tp_value_sum(Vs, HD, nq, w[q][0], w[q][1], da, db, oa, ob);
                 if (da < HD) {
                     A.out[orow + da] = oa;
                     if (hi) {
@@ -652,7 +647,7 @@ __global__ void __launch_bounds__(128, 8) tp_attend3(const cu_attend A, int n, u
                 }
             }
         }
-        __syncwarp(); /* every lane is done with this buffer before the next-but-one item's keys come into it */
+        __syncwarp(); /* every lane is done with this buffer before the next-but-one item's copies come into it */
     }
 }
 
@@ -800,16 +795,16 @@ static size_t tp_attend2_smem(const cu_attend *A) {
     return (((nk * (A->HD + 1) + 3) & ~(size_t)3) + nk * A->HD + (size_t)(A->H / A->KVH) * A->P * A->HD) * 4;
 }
 static int tp_attend2_ok(const cu_attend *A) { return A->HD % 4 == 0 && tp_attend2_smem(A) <= 48 * 1024; }
-static size_t tp_attend3_smem(const cu_attend *A) { /* a warp's: two buffers of keys then values, this pass's
-                                                        * values, queries */
-    const size_t nk = (size_t)A->p0 + A->P;
-    return 2 * (nk * (A->HD + 4) + (size_t)A->P * A->HD + (size_t)(A->H / A->KVH) * A->P * A->HD) * 4;
+static size_t tp_attend3_smem(const cu_attend *A) { /* a warp's: two buffers of keys, values, queries and raw
+                                                        * rows (tp_attend3's wsz) */
+    const size_t nk = (size_t)A->p0 + A->P, G = A->H / A->KVH;
+    return 2 * (nk * (2 * A->HD + 4) + G * A->P * A->HD + (size_t)A->P * (G + 2) * A->HD) * 4;
 }
 /* 1 when tp_attend3 suits op A: one query a (stream, kv head) group (no GQA: with G q heads a warp would attend
  * them one after the other, slower than tp_attend's warp a query at CSM dims, measured) */
 static int tp_attend3_ok(const cu_attend *A) {
     return A->H == A->KVH && A->P <= 2 && A->HD % 4 == 0 && A->cstride % 4 == 0 &&
-           (((uintptr_t)A->kc | (uintptr_t)A->vc) & 15) == 0 && tp_attend3_smem(A) <= 48 * 1024;
+           (((uintptr_t)A->kc | (uintptr_t)A->vc | (uintptr_t)A->qkv) & 15) == 0 && tp_attend3_smem(A) <= TP_ATT3_SMEM;
 }
 
 /* 1 when linear L (T tokens) runs on the tile: bf16 weights, or q8 / q4 ones in QINT form with groups of 64;
@@ -937,6 +932,10 @@ dd_status tp_create(tp_exec **out, cu_state *st, int max_tokens, dd_error *err) 
                "throughput executor shared memory");
     CU_TRY(cudaFuncSetAttribute(tp_sample, cudaFuncAttributeMaxDynamicSharedMemorySize, CU_ACT_BYTES), err,
            "throughput executor shared memory");
+    void (*const att3[])(cu_attend, int, uint16_t *, uint16_t *) = {tp_attend3<64>, tp_attend3<128>, tp_attend3<0>};
+    for (auto f : att3)
+        CU_TRY(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, TP_ATT3_SMEM), err,
+               "throughput executor shared memory");
     /* the widest K and rows of the linears that suit the tile */
     int kmax = 0, nmax = 0;
     for (int v = 0; v < NPROG; v++)
@@ -1004,7 +1003,7 @@ static dd_status tp_enqueue(tp_exec *x, int v, int n, float temp, int topk, cuda
                               nx->lin.ldx == HW &&
                               nx->lin.w.K == HW && cu_lin_T(&nx->lin, n) == n * o->att.P;
             uint16_t *hn = chain ? (uint16_t *)x->hi : NULL, *ln = chain ? (uint16_t *)x->lo : NULL;
-            const size_t ws = tp_attend3_smem(&o->att); /* a warp's; warps a block within 48 KB, 4 at most */
+            const size_t ws = tp_attend3_smem(&o->att); /* a warp's; warps a block within 48 KB (or one), 4 at most */
             const int W = ws * 4 <= 48 * 1024 ? 4 : ws * 2 <= 48 * 1024 ? 2 : 1, items = n * o->att.KVH;
             void (*k)(cu_attend, int, uint16_t *, uint16_t *) = o->att.HD == 64    ? tp_attend3<64>
                                                                 : o->att.HD == 128 ? tp_attend3<128>
