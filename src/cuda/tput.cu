@@ -14,8 +14,9 @@
  *              (bias, activation / gate pair, residual, added rows).
  * Attention runs as a kernel of its own: tp_attend3 (a warp a (stream, kv head) at a time, up to 4 a block, the
  * co-resident blocks looping over the items, everything an item reads staged by cp.async while the item before it
- * is computed; it also writes the out-projection's split) without GQA, tp_attend2 (a block a (stream, kv head), a warp a
- * query) with it, tp_attend (a warp a query from the cache, the frame kernel's cu_attend_fast) where neither fits;
+ * is computed) without GQA, tp_attend2 (a block a (stream, kv head), a warp a query) with it, both also writing the
+ * out-projection's split; tp_attend (a warp a query from the cache, the frame kernel's cu_attend_fast) where neither
+ * fits;
  * sampling and gathers as tp_sample (a block a stream). Any other op (linears that do not suit the tile) runs, as
  * consecutive runs of ops, on the frame kernel (cu_launch_ops). So the numbers are the frame kernel's bit for bit: the
  * same statistics, split and attention arithmetic in the same order, and a wgmma chain over the same k order gives the
@@ -507,6 +508,16 @@ __device__ __forceinline__ void tp_value_sum(const float *Vs, int HD, int nk, fl
     }
 }
 
+/* an attention output element: out[i] = v, and with hi / lo set (the next linear reads the rows without a norm) its
+ * two bf16 terms, tp_split's values */
+__device__ __forceinline__ void tp_att_store(float *out, uint16_t *hi, uint16_t *lo, size_t i, float v) {
+    out[i] = v;
+    if (hi) {
+        const uint32_t wd = cu_split_pack(v);
+        hi[i] = (uint16_t)(wd & 0xFFFFu), lo[i] = (uint16_t)(wd >> 16);
+    }
+}
+
 /* One attention op for many streams, one warp a (stream, kv head) at a time (up to 4 warps a block, each on its own,
  * no block barrier; a grid of the co-resident blocks, each warp looping over items with two buffers). Everything an
  * item reads is copied into its buffer with 16-byte cp.async as one group, issued while the item before it is
@@ -631,20 +642,8 @@ __global__ void __launch_bounds__(128, 4) tp_attend3(const cu_attend A, int n, u
                 const int da = d0 + lane, db = d0 + 32 + lane;
                 float oa = 0.0f, ob = 0.0f;
                 tp_value_sum(Vs, HD, nq, w[q][0], w[q][1], da, db, oa, ob);
-                if (da < HD) {
-                    A.out[orow + da] = oa;
-                    if (hi) {
-                        const uint32_t wd = cu_split_pack(oa);
-                        hi[orow + da] = (uint16_t)(wd & 0xFFFFu), lo[orow + da] = (uint16_t)(wd >> 16);
-                    }
-                }
-                if (db < HD) {
-                    A.out[orow + db] = ob;
-                    if (hi) {
-                        const uint32_t wd = cu_split_pack(ob);
-                        hi[orow + db] = (uint16_t)(wd & 0xFFFFu), lo[orow + db] = (uint16_t)(wd >> 16);
-                    }
-                }
+                if (da < HD) tp_att_store(A.out, hi, lo, orow + da, oa);
+                if (db < HD) tp_att_store(A.out, hi, lo, orow + db, ob);
             }
         }
         __syncwarp(); /* every lane is done with this buffer before the next-but-one item's copies come into it */
@@ -658,9 +657,10 @@ __global__ void __launch_bounds__(128, 4) tp_attend3(const cu_attend A, int n, u
  * queries likewise. Then a warp a query with cu_attend_fast's arithmetic and order: lane j takes keys j and j + 32
  * (a sequential float32 dot over HD, then / sqrt(HD)), max and sum over the same xor trees, lanes over dims d0 +
  * lane and d0 + 32 + lane for the weighted sum in key order. The append writes the values cu_attend_fast writes.
- * HD % 4 == 0; dynamic shared memory tp_attend2_smem. */
+ * With hi / lo set, the output rows also as two bf16 terms (as tp_attend3). HD % 4 == 0; dynamic shared memory
+ * tp_attend2_smem. */
 template <int HDC> /* as tp_attend3's */
-__global__ void __launch_bounds__(128) tp_attend2(const cu_attend A, int n) {
+__global__ void __launch_bounds__(128) tp_attend2(const cu_attend A, int n, uint16_t *hi, uint16_t *lo) {
     extern __shared__ float tp_kv[];
     tp_pdl_trigger();
     tp_pdl_wait();
@@ -724,13 +724,13 @@ __global__ void __launch_bounds__(128) tp_attend2(const cu_attend A, int n) {
         for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
         float w0 = e0 / sum, w1 = e1 / sum;
         cu_pin(w0, w1);
-        float *out = A.out + ((size_t)s * P + i) * A.H * HD + (size_t)h * HD;
+        const size_t orow = ((size_t)s * P + i) * A.H * HD + (size_t)h * HD;
         for (int d0 = 0; d0 < HD; d0 += 64) {
             const int da = d0 + lane, db = d0 + 32 + lane;
             float oa = 0.0f, ob = 0.0f;
             tp_value_sum(Vs, HD, nk, w0, w1, da, db, oa, ob);
-            if (da < HD) out[da] = oa;
-            if (db < HD) out[db] = ob;
+            if (da < HD) tp_att_store(A.out, hi, lo, orow + da, oa);
+            if (db < HD) tp_att_store(A.out, hi, lo, orow + db, ob);
         }
     }
 }
@@ -994,15 +994,14 @@ static dd_status tp_enqueue(tp_exec *x, int v, int n, float temp, int topk, cuda
             continue;
         }
         split_done = 0;
+        /* attention whose output rows the next linear reads without a norm: the kernel writes their split too */
+        const cu_op *nx = i + 1 < nops ? &ops[i + 1] : NULL;
+        const int chain = o->type == CU_OP_ATTEND && nx && nx->type == CU_OP_LINEAR &&
+                          tp_suits(x, &nx->lin, cu_lin_T(&nx->lin, n)) && nx->lin.norm == DD_NORM_NONE &&
+                          nx->lin.w.wm != WM_QINT && nx->lin.x == o->att.out && nx->lin.ldx == o->att.H * o->att.HD &&
+                          nx->lin.w.K == o->att.H * o->att.HD && cu_lin_T(&nx->lin, n) == n * o->att.P;
+        uint16_t *hn = chain ? (uint16_t *)x->hi : NULL, *ln = chain ? (uint16_t *)x->lo : NULL;
         if (o->type == CU_OP_ATTEND && tp_attend3_ok(&o->att)) {
-            /* the next linear reads the output rows without a norm: their split here */
-            const cu_op *nx = i + 1 < nops ? &ops[i + 1] : NULL;
-            const int HW = o->att.H * o->att.HD;
-            const int chain = nx && nx->type == CU_OP_LINEAR && tp_suits(x, &nx->lin, cu_lin_T(&nx->lin, n)) &&
-                              nx->lin.norm == DD_NORM_NONE && nx->lin.w.wm != WM_QINT && nx->lin.x == o->att.out &&
-                              nx->lin.ldx == HW &&
-                              nx->lin.w.K == HW && cu_lin_T(&nx->lin, n) == n * o->att.P;
-            uint16_t *hn = chain ? (uint16_t *)x->hi : NULL, *ln = chain ? (uint16_t *)x->lo : NULL;
             const size_t ws = tp_attend3_smem(&o->att); /* a warp's; warps a block within 48 KB (or one), 4 at most */
             const int W = ws * 4 <= 48 * 1024 ? 4 : ws * 2 <= 48 * 1024 ? 2 : 1, items = n * o->att.KVH;
             void (*k)(cu_attend, int, uint16_t *, uint16_t *) = o->att.HD == 64    ? tp_attend3<64>
@@ -1021,11 +1020,12 @@ static dd_status tp_enqueue(tp_exec *x, int v, int n, float temp, int topk, cuda
             continue;
         }
         if (o->type == CU_OP_ATTEND && tp_attend2_ok(&o->att)) { /* GQA: a block a (stream, kv head) */
-            void (*k)(cu_attend, int) = o->att.HD == 64    ? tp_attend2<64>
-                                        : o->att.HD == 128 ? tp_attend2<128>
-                                                           : tp_attend2<0>;
-            CU_TRY(tp_launch(k, dim3(n * o->att.KVH), dim3(128), tp_attend2_smem(&o->att), stream, o->att, n),
+            void (*k)(cu_attend, int, uint16_t *, uint16_t *) = o->att.HD == 64    ? tp_attend2<64>
+                                                                : o->att.HD == 128 ? tp_attend2<128>
+                                                                                   : tp_attend2<0>;
+            CU_TRY(tp_launch(k, dim3(n * o->att.KVH), dim3(128), tp_attend2_smem(&o->att), stream, o->att, n, hn, ln),
                    err, "throughput executor launch");
+            split_done = chain;
             i++;
             continue;
         }
