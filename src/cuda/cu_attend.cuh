@@ -40,7 +40,8 @@ __device__ __forceinline__ void cu_qk_norm(LD ld, float *dst, int HD, const floa
 /* a head row with the q/k norm applied when nw, RoPE'd for position p when the model has RoPE, into dst (warp
  * scratch or the cache); ld(d) reads the source row (global or shared memory) */
 template <class LD>
-__device__ __forceinline__ void cu_norm_rot_ld(const cu_attend &A, LD ld, const float *nw, int p, float *dst, int lane) {
+__device__ __forceinline__ void cu_norm_rot_ld(const cu_attend &A, LD ld, const float *nw, int p, float *dst,
+                                               int lane) {
     const int HD = A.HD, half = HD / 2;
     if (!nw) {
         if (A.rope) {

@@ -1007,8 +1007,8 @@ static dd_status tp_enqueue(tp_exec *x, int v, int n, float temp, int topk, cuda
             void (*k)(cu_attend, int, uint16_t *, uint16_t *) = o->att.HD == 64    ? tp_attend3<64>
                                                                 : o->att.HD == 128 ? tp_attend3<128>
                                                                                    : tp_attend3<0>;
-            /* as many blocks as are co-resident (each warp loops over items, the next item's keys in flight while
-             * it works on one), at most one a W items */
+            /* as many blocks as are co-resident (each warp loops over items, the next item's copies in flight
+             * while it works on one), at most one a W items */
             int per = 0, blocks = (items + W - 1) / W;
             CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k, 32 * W, W * ws), err,
                    "throughput executor occupancy");
