@@ -14,14 +14,17 @@ GUARD_KB=$((${GUARD_GB:-14} * 1024 * 1024))
 log "$(compute-sanitizer --version | tail -1)"
 # name  quick  tool and filter
 IFS=';' read -r -a JOBS <<<"${RACE_JOBS:-}"
+# (the set that gave every kernel a result on 2026-12-06: without a launch cap, tp_epi / tp_split / tp_sample at quick
+# 2 ran past 240 s)
 ((${#JOBS[@]})) || JOBS=(
     "lin_first 3 racecheck --kernel-name kns=tp_linear --launch-count 24"
     "lin_later 2 racecheck --kernel-name kns=tp_linear --launch-skip 9000 --launch-count 24"
     "lin_sync 3 synccheck --kernel-name kns=tp_linear --launch-count 300"
-    "attend 3 racecheck --kernel-name kns=tp_attend"
-    "epi 2 racecheck --kernel-name kns=tp_epi"
-    "split 2 racecheck --kernel-name kns=tp_split"
-    "sample 2 racecheck --kernel-name kns=tp_sample"
+    "att_a 3 racecheck --kernel-name kns=tp_attend --launch-count 300"
+    "att_b 3 racecheck --kernel-name kns=tp_attend --launch-skip 1000 --launch-count 300"
+    "epi 3 racecheck --kernel-name kns=tp_epi --launch-count 1500"
+    "split 3 racecheck --kernel-name kns=tp_split --launch-count 1500"
+    "sample 3 racecheck --kernel-name kns=tp_sample"
 )
 # guard NAME: kill the job's session (its id in $R/NAME.sid) once its processes hold more than GUARD_KB; the peak (KB)
 # into $R/NAME.peak
