@@ -131,14 +131,14 @@ cuda_test() {
     grep -E "^\[  FAILED|^\[   LINE" "$R/$name.log" | head -4 | tee -a "$S"
 }
 
-# compute-sanitizer memcheck on test_tput (quick 2) of $2 (a test_cuda binary), with the VAR=value assignments
-# after it; the log in $R/$1.log.   cuda_memcheck NAME BIN [VAR=value ...]
+# compute-sanitizer memcheck (SAN_TOOL=initcheck: that tool) on test_tput (quick 2) of $2 (a test_cuda binary), with
+# the VAR=value assignments after it; the log in $R/$1.log.   cuda_memcheck NAME BIN [VAR=value ...]
 cuda_memcheck() {
-    local name=$1 bin=$2
+    local name=$1 bin=$2 tool=${SAN_TOOL:-memcheck}
     shift 2
     env "$@" DD_CUDA_TIMEOUT_S=100 DD_TEST_QUICK=2 DD_TEST_ONLY=test_tput timeout 150 \
-        compute-sanitizer --tool memcheck "$bin" >"$R/$name.log" 2>&1
-    log "$name: memcheck test_tput (quick 2) rc $?: $(grep -E 'ERROR SUMMARY|PASSED|FAILED' "$R/$name.log" | tr '\n' ' ') ($(el))"
+        compute-sanitizer --tool $tool "$bin" >"$R/$name.log" 2>&1
+    log "$name: $tool test_tput (quick 2) rc $?: $(grep -E 'ERROR SUMMARY|PASSED|FAILED' "$R/$name.log" | tr '\n' ' ') ($(el))"
 }
 
 # One side of an exec_ab A/B on the throughput executor: `ab_side LABEL BIN "ARGS" [VAR=value ...]` runs BIN (an

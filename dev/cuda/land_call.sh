@@ -3,9 +3,8 @@
 # build-cuda/{cuobj,obj,tobj}, .debs; CAP_S=540 skips a step that would pass the call's limit):
 #   PART=check (or "check speed": both, in that order): test_cuda all (quick), test_executors / test_tput unquick,
 #               compute-sanitizer memcheck (quick 2) and racecheck (quick 3) on test_executors, memcheck on test_tput (quick 2);
-#               CHECK_MORE=test_sample: that test unquick too and initcheck on test_tput
-#   PART=tcheck: a throughput-kernel change's checks: test_cuda all (quick), test_tput / test_executors unquick,
-#               memcheck and initcheck on test_tput (quick 2)
+#               CHECK_MORE=test_sample: that test unquick too and initcheck on test_tput; INITCHECK=1: initcheck on
+#               test_tput; EXEC_SAN=0: no sanitizer on test_executors (a throughput-kernel change: EXEC_SAN=0 INITCHECK=1)
 #   PART=speed: the latency executor's per-op timeline (GPT bf16 / q8 B1, CSM bf16 B1, GPT bf16 B8), depthdec bench
 #               over the batch curve (TL_CFGS picks the timelines), the PyTorch graph loop of scripts/bench_torch.py and bench --capacity
 #   PART=prof:  where tp_attend3's and tp_linear's time goes at GPT bf16 B256 (ncu sections of four launches each,
@@ -31,10 +30,11 @@ if [[ $PART == *linchain* ]] && fits 150 "linchain"; then
     log "linchain rc $? ($(el))"
     grep -E "^(RESULT|SUMMARY|FAIL|check|phases)" "$R/derisk/derisk.txt" | sed -e 's/   */ /g' | tee -a "$S"
 fi
-if [[ " $PART " == *" check "* ]]; then
+if [[ $PART == *check* ]]; then
     fits 60 "test_cuda all" && cuda_test all_quick $B/test_cuda "" 150 DD_TEST_QUICK=1 DD_TEST_ONLY=
     for t in test_executors test_tput ${CHECK_MORE-}; do fits 60 "$t" && cuda_test ${t}_full $B/test_cuda $t 150; done
     for tq in memcheck:2 racecheck:3; do # quick 3: racecheck's cases (quick 2 outlasts 400 s under racecheck)
+        [ "${EXEC_SAN:-1}" = 1 ] || break
         tool=${tq%:*} q=${tq#*:}
         fits 90 "$tool test_executors" || continue
         DD_CUDA_TIMEOUT_S=120 DD_TEST_QUICK=$q DD_TEST_ONLY=test_executors timeout 240 \
@@ -43,22 +43,8 @@ if [[ " $PART " == *" check "* ]]; then
             "$R/${tool}_executors.log" | tr '\n' ' ') ($(el))"
     done
     fits 60 "memcheck test_tput" && cuda_memcheck memcheck_tput $B/test_cuda
-    if [ -n "${CHECK_MORE-}" ] && fits 60 "initcheck test_tput"; then
-        DD_CUDA_TIMEOUT_S=100 DD_TEST_QUICK=2 DD_TEST_ONLY=test_tput timeout 150 \
-            compute-sanitizer --tool initcheck $B/test_cuda >"$R/initcheck_tput.log" 2>&1
-        log "initcheck test_tput (quick 2) rc $?: $(grep -E 'ERROR SUMMARY|PASSED|FAILED' "$R/initcheck_tput.log" |
-            tr '\n' ' ') ($(el))"
-    fi
-fi
-if [[ $PART == *tcheck* ]]; then
-    fits 60 "test_cuda all" && cuda_test all_quick $B/test_cuda "" 150 DD_TEST_QUICK=1 DD_TEST_ONLY=
-    for t in test_tput test_executors; do fits 60 "$t" && cuda_test ${t}_full $B/test_cuda $t 150; done
-    fits 60 "memcheck test_tput" && cuda_memcheck memcheck_tput $B/test_cuda
-    if fits 60 "initcheck test_tput"; then
-        DD_CUDA_TIMEOUT_S=100 DD_TEST_QUICK=2 DD_TEST_ONLY=test_tput timeout 150 \
-            compute-sanitizer --tool initcheck $B/test_cuda >"$R/initcheck_tput.log" 2>&1
-        log "initcheck test_tput (quick 2) rc $?: $(grep -E 'ERROR SUMMARY|PASSED|FAILED' "$R/initcheck_tput.log" |
-            tr '\n' ' ') ($(el))"
+    if [ -n "${CHECK_MORE-}${INITCHECK-}" ] && fits 60 "initcheck test_tput"; then
+        SAN_TOOL=initcheck cuda_memcheck initcheck_tput $B/test_cuda
     fi
 fi
 if [[ $PART == *speed* ]]; then
