@@ -569,13 +569,15 @@ __device__ __forceinline__ void lt_stage(int opi, int K, int group, int qint, in
         lt_bar::sync();
         LT_PH(3);
     }
+    /* a thread's columns over every row: the column's norm weights loaded once for the T rows, whose values are
+     * independent (several in flight); each element as before, in place */
 #pragma unroll 1
-    for (int t = 0; t < T; t++) {
-        uint32_t *row = S.act + (size_t)t * SR;
-        const float mean = norm != DD_NORM_NONE ? smean[t] : 0.0f, rstd = norm != DD_NORM_NONE ? srstd[t] : 1.0f;
-#pragma unroll 1
-        for (int kk = tid; kk < nc; kk += LT_NC) {
-            const int k = kb + kk;
+    for (int kk = tid; kk < nc; kk += LT_NC) {
+        const int k = kb + kk;
+#pragma unroll 4
+        for (int t = 0; t < T; t++) {
+            uint32_t *row = S.act + (size_t)t * SR;
+            const float mean = norm != DD_NORM_NONE ? smean[t] : 0.0f, rstd = norm != DD_NORM_NONE ? srstd[t] : 1.0f;
             row[kk] = k < K ? cu_split_pack(cu_norm_val(((const float *)row)[kk], k, norm, mean, rstd, op.nw, op.nb))
                             : 0u;
         }
