@@ -226,37 +226,38 @@ template <int TYPE> __host__ __device__ constexpr int tp_tile_bytes() {
     return TYPE == DD_BF16 ? 512 : TYPE == DD_Q8 ? 256 : 128;
 }
 
-/* QINT (q8 / q4 weights with groups of 32, 64 or 128): the frame kernel's cu_gemm_big order per chunk: for each group
- * of its k-tiles a partial ga from +0 (per k-tile the hi term then the lo term, the q values exact in bf16), closed
- * into the chunk's partial by cu_qint_group (s ga, then b asum) with the group's scales, biases and the tokens' group
- * sums; the chunks' partials onto the running sum in chunk order as for bf16. A wgmma chain over a group gives the
- * mma.sync chain's bits (as for bf16). Each group's wgmmas are waited for before it is closed. */
+/* QINT (q8 / q4 weights with groups of 64, tp_suits): the frame kernel's cu_gemm_big order per chunk: for each group
+ * (a stage: 4 k-tiles) a partial ga from +0 (per k-tile the hi term then the lo term, the q values exact in bf16),
+ * closed into the chunk's partial by cu_qint_group (s ga, then b asum) with the group's scales, biases and the tokens'
+ * group sums; the chunks' partials onto the running sum in chunk order as for bf16. A wgmma chain over a group gives
+ * the mma.sync chain's bits (as for bf16). The stage brings the group's scales and biases (TP_SB_MAX bytes: 8 m-tiles
+ * x 16 rows) and the tile's tokens' group sums (BN floats) with its weights; two group partials, so a group's wgmmas
+ * are issued before the group before it is closed. */
+#define TP_SB_MAX (TP_BM / 16 * 16 * 8) /* a stage's scales and biases: 8 m-tiles x 16 rows x (s, b) f32 at most */
 struct tp_qgroup {
     float s0, b0, s1, b1; /* rows g and g + 8 of the warp's m-tile */
 };
-/* group gi's scales and biases and the lane's tokens' group sums (issued before the group's wgmmas are waited for) */
+__device__ __forceinline__ float tp_sb_val(const uint8_t *p, int sbtype) { /* cu_sb_load from shared memory */
+    if (sbtype == DD_F32) return *(const float *)p;
+    const unsigned short h = *(const unsigned short *)p;
+    return sbtype == DD_F16 ? __half2float(__ushort_as_half(h)) : __uint_as_float((uint32_t)h << 16);
+}
+/* the group in stage st (its scales and biases at sb, its group sums at as) closed into the chunk's partial p
+ * (cu_qint_group per m16n8 fragment: element 4 jb + e is row g + 8 (e >> 1), token 8 jb + 2 cq + (e & 1)) */
 template <int BN>
-__device__ __forceinline__ void tp_qint_load(tp_qgroup &q, float (&as)[BN / 4], const tp_args &a, int mt, int gi,
-                                             int t0, int g, int cq) {
-    cu_sb(a.w, mt, gi, g, q.s0, q.b0);
-    cu_sb(a.w, mt, gi, g + 8, q.s1, q.b1);
-    const float *ar = a.asum + (size_t)gi * a.ta;
+__device__ __forceinline__ void tp_qint_close(float (&p)[BN / 2], const float (&ga)[BN / 2], const tp_args &a,
+                                              const uint8_t *sb, const float *as, int wt, int t0, int g, int cq) {
+    const int sbb = a.w.sb_bytes, es = sbb / 2;
+    const uint8_t *r0 = sb + (wt * 16 + g) * sbb, *r1 = r0 + 8 * sbb;
+    const tp_qgroup q = {tp_sb_val(r0, a.w.sbtype), tp_sb_val(r0 + es, a.w.sbtype), tp_sb_val(r1, a.w.sbtype),
+                         tp_sb_val(r1 + es, a.w.sbtype)};
 #pragma unroll
     for (int jb = 0; jb < BN / 8; jb++) {
-        const int t = t0 + 8 * jb + 2 * cq;
-        as[2 * jb] = t < a.T ? __ldcg(ar + t) : 0.0f;
-        as[2 * jb + 1] = t + 1 < a.T ? __ldcg(ar + t + 1) : 0.0f;
+        const int j = 8 * jb + 2 * cq;
+        const float a0 = t0 + j < a.T ? as[j] : 0.0f, a1 = t0 + j + 1 < a.T ? as[j + 1] : 0.0f;
+        cu_qint_group(*(float(*)[4]) & p[4 * jb], *(const float(*)[4]) & ga[4 * jb], q.s0, q.b0, q.s1, q.b1, a0,
+                      a1);
     }
-}
-/* the group's partial ga closed into the chunk's partial p (cu_qint_group per m16n8 fragment: element 4 jb + e is
- * row g + 8 (e >> 1), token 8 jb + 2 cq + (e & 1)) */
-template <int BN>
-__device__ __forceinline__ void tp_qint_close(float (&p)[BN / 2], const float (&ga)[BN / 2], const tp_qgroup &q,
-                                              const float (&as)[BN / 4]) {
-#pragma unroll
-    for (int jb = 0; jb < BN / 8; jb++)
-        cu_qint_group(*(float(*)[4]) & p[4 * jb], *(const float(*)[4]) & ga[4 * jb], q.s0, q.b0, q.s1, q.b1,
-                      as[2 * jb], as[2 * jb + 1]);
 }
 
 /* grid: ceil(Nr / 128) ceil(T / BN) S CTAs of TP_THREADS; tm_hi, tm_lo: hi and lo (T, K), box {64, BN}, 128B swizzle;
@@ -266,14 +267,18 @@ __global__ void __launch_bounds__(TP_THREADS, 1)
     tp_linear(const __grid_constant__ CUtensorMap tm_hi, const __grid_constant__ CUtensorMap tm_lo, const tp_args a) {
 #if TP_DEVICE
     constexpr int TB = tp_tile_bytes<TYPE>(), MB = (TP_BK / 16) * TB; /* an m-tile's weights a stage */
-    constexpr int HI = BN * TP_BK * 2, SB = 2 * HI + (TP_BM / 16) * MB, NACC = BN / 2;
+    constexpr bool QI = TYPE != DD_BF16;
+    constexpr int HI = BN * TP_BK * 2, SBO = 2 * HI + (TP_BM / 16) * MB, ASO = SBO + TP_SB_MAX, NACC = BN / 2;
+    constexpr int SB = QI ? (ASO + BN * 4 + 1023) / 1024 * 1024 : SBO; /* a stage (1024-byte aligned for the TMA) */
+    static_assert(!QI || TP_BK == 64, "QINT: a stage is a group of 64");
     extern __shared__ unsigned char tp_smem_raw[];
     unsigned char *smem = tp_smem_raw + ((1024 - (tp_smem(tp_smem_raw) & 1023)) & 1023);
     u64 *full = (u64 *)(smem + TP_STAGES * SB), *empty = full + TP_STAGES;
     const int TT = (a.T + BN - 1) / BN, KT = a.K / 16, NC = a.K / (16 * CU_CKT), sc = NC / a.S;
     const int tt = blockIdx.x % TT, z = (blockIdx.x / TT) % a.S, mb = blockIdx.x / (TT * a.S);
     const int c0 = z * sc, t0 = tt * BN, mt0 = mb * (TP_BM / 16), MT = a.Nr / 16;
-    const int wg = threadIdx.x >> 7;
+    const int wg = threadIdx.x >> 7, sbb = QI ? 16 * a.w.sb_bytes : 0; /* an m-tile's (s, b) of a group */
+    const uint32_t tx = (uint32_t)(SBO + (QI ? (TP_BM / 16) * sbb + BN * 4 : 0)); /* a stage's bytes */
     const u64 deadline = tp_gtimer() + a.timeout_ns;
     if (threadIdx.x == 0) {
         for (int s = 0; s < TP_STAGES; s++) tp_mbar_init(&full[s], 1), tp_mbar_init(&empty[s], 8);
@@ -288,15 +293,17 @@ __global__ void __launch_bounds__(TP_THREADS, 1)
         asm volatile("prefetch.tensormap [%0];" ::"l"((u64)&tm_hi) : "memory");
         asm volatile("prefetch.tensormap [%0];" ::"l"((u64)&tm_lo) : "memory");
         const int kb0 = 2 * c0, kb1 = 2 * (c0 + sc);
-        auto weights = [&](int kb, int s) { /* one m-tile's 4 k-tiles: MB bytes contiguous */
-            for (int i = 0; i < TP_BM / 16; i++)
-                tp_bulk(smem + s * SB + 2 * HI + i * MB,
-                        a.wfrag + ((size_t)min(mt0 + i, MT - 1) * KT + (size_t)kb * (TP_BK / 16)) * TB, MB,
-                        &full[s]); /* m-tiles past the matrix (MT % 8 != 0): a copy of its last, outputs unused */
+        auto weights = [&](int kb, int s) { /* one m-tile's 4 k-tiles: MB bytes contiguous; QINT: group kb's (s, b) */
+            for (int i = 0; i < TP_BM / 16; i++) {
+                const size_t m = min(mt0 + i, MT - 1); /* past the matrix (MT % 8 != 0): its last m-tile, unused */
+                tp_bulk(smem + s * SB + 2 * HI + i * MB, a.wfrag + (m * KT + (size_t)kb * (TP_BK / 16)) * TB, MB,
+                        &full[s]);
+                if (QI) tp_bulk(smem + s * SB + SBO + i * sbb, a.w.sb + (m * a.w.NG + kb) * sbb, sbb, &full[s]);
+            }
         };
         int pre = 0; /* stages whose weights are requested before the previous kernel ends */
         for (; pre < TP_STAGES && kb0 + pre < kb1; pre++) {
-            tp_mbar_expect_tx(&full[pre], (uint32_t)SB);
+            tp_mbar_expect_tx(&full[pre], tx);
             weights(kb0 + pre, pre);
         }
         tp_pdl_wait(); /* the activations (and the outputs the consumers will write) are free from here */
@@ -308,9 +315,11 @@ __global__ void __launch_bounds__(TP_THREADS, 1)
                 return;
             }
             unsigned char *st = smem + s * SB;
-            if (kb - kb0 >= pre) tp_mbar_expect_tx(&full[s], (uint32_t)SB);
+            if (kb - kb0 >= pre) tp_mbar_expect_tx(&full[s], tx);
             tp_tma_2d(st, &tm_hi, kb * TP_BK, t0, &full[s]);
             tp_tma_2d(st + HI, &tm_lo, kb * TP_BK, t0, &full[s]);
+            if (QI) /* the tokens' sums of group kb (tp_split's; rows of ta >= t0 + BN floats) */
+                tp_bulk(st + ASO, a.asum + (size_t)kb * a.ta + t0, BN * 4, &full[s]);
             if (kb - kb0 >= pre) weights(kb, s);
             if (++s == TP_STAGES) s = 0, round++;
         }
@@ -357,13 +366,21 @@ __global__ void __launch_bounds__(TP_THREADS, 1)
 #pragma unroll
         for (int i = 0; i < NACC; i++) p[i] = 0.0f;
     };
-    if constexpr (TYPE != DD_BF16) {
-        const int gkt = a.w.group / 16, mt = min(mt0 + wg * 4 + warp, MT - 1); /* past the matrix: outputs unused */
-        float ga[NACC];
-#pragma unroll
-        for (int i = 0; i < NACC; i++) ga[i] = 0.0f;
+    if constexpr (QI) {
+        /* group 2 c + h in stage s: its wgmmas into ga[h] are issued, then the group before it (in stage prev, ga[h ^ 1])
+         * is waited for, closed into p and its stage released */
+        const int wt = wg * 4 + warp; /* the warp's m-tile in the CTA */
+        float ga[2][NACC];
+        int prev = -1;
+        auto close = [&](float (&gp)[NACC]) {
+            tp_fence_regs(gp);
+            const unsigned char *st = smem + prev * SB;
+            tp_qint_close<BN>(p, gp, a, st + SBO, (const float *)(st + ASO), wt, t0, g, cq);
+            __syncwarp();
+            if (lane == 0) tp_mbar_arrive(&empty[prev]);
+        };
         for (int c = c0; c < c0 + sc; c++) {
-#pragma unroll 1
+#pragma unroll
             for (int h = 0; h < 2; h++) {
                 if (!stage_ready()) return;
                 const unsigned char *st = smem + s * SB;
@@ -371,43 +388,35 @@ __global__ void __launch_bounds__(TP_THREADS, 1)
 #pragma unroll
                 for (int j = 0; j < 4; j++) { /* the q values as exact bf16 pairs (cu_make_a's QINT terms) */
                     cu_raw_frag raw;
-                    cu_load_raw<TYPE, true>(raw, st + 2 * HI + (wg * 4 + warp) * MB + j * TB, lane);
+                    cu_load_raw<TYPE, true>(raw, st + 2 * HI + wt * MB + j * TB, lane);
 #pragma unroll
                     for (int i = 0; i < 4; i++)
                         af[j][i] = cu_pack2(cu_qval<TYPE>(raw, 2 * i), cu_qval<TYPE>(raw, 2 * i + 1));
                     tp_fence_regs(af[j]);
                 }
+#pragma unroll
+                for (int e = 0; e < NACC; e++) ga[h][e] = 0.0f;
+                tp_fence_regs(ga[h]);
                 const uint32_t hb = tp_smem(st), lb = tp_smem(st + HI);
+                asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    const int i = 4 * h + j; /* k-tile in the chunk */
-                    if (i % gkt == 0) {
-#pragma unroll
-                        for (int e = 0; e < NACC; e++) ga[e] = 0.0f;
-                        tp_fence_regs(ga);
-                    }
-                    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-                    tp_wgmma(ga, af[j], tp_desc_sw128(hb + 32 * j)); /* the contract's term order: hi, then lo */
-                    tp_wgmma(ga, af[j], tp_desc_sw128(lb + 32 * j));
-                    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-                    if ((i + 1) % gkt == 0) {
-                        tp_qgroup q;
-                        float as[BN / 4];
-                        tp_qint_load<BN>(q, as, a, mt, (c * CU_CKT + i) / gkt, t0, g, cq);
-                        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-                        tp_fence_regs(ga);
-                        tp_qint_close<BN>(p, ga, q, as);
-                    }
+                for (int j = 0; j < 4; j++) { /* the contract's term order per k-tile: hi, then lo */
+                    tp_wgmma(ga[h], af[j], tp_desc_sw128(hb + 32 * j));
+                    tp_wgmma(ga[h], af[j], tp_desc_sw128(lb + 32 * j));
                 }
-                /* a group of 128 spans two stages: this stage's wgmmas are done before its slot is released */
-                asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-                tp_fence_regs(ga);
-                __syncwarp();
-                if (lane == 0) tp_mbar_arrive(&empty[s]);
+                asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+                if (prev >= 0) {
+                    asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+                    close(ga[h ^ 1]);
+                    if (h == 0) chunk_done(c - 1);
+                }
+                prev = s;
                 if (++s == TP_STAGES) s = 0, round++;
             }
-            chunk_done(c);
         }
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        close(ga[1]);
+        chunk_done(c0 + sc - 1);
     } else {
         for (int c = c0; c < c0 + sc; c++) {
             uint32_t af[2][4][4];
@@ -815,8 +824,8 @@ static int tp_suits(const tp_exec *x, const cu_linear *L, int T) {
     const int bf = w->wm == WM_BF16 && w->type == DD_BF16 && w->tile_bytes == 512;
     const int qi = w->wm == WM_QINT &&
                    ((w->type == DD_Q8 && w->tile_bytes == 256) || (w->type == DD_Q4 && w->tile_bytes == 128)) &&
-                   w->group == 64 && w->NG * w->group == w->K; /* the tile closes groups of 32 or 128 too; the
-                                                                 * tests' models have 64 (MLX's default) */
+                   w->group == 64 && w->NG * w->group == w->K && /* a group a stage (MLX's default) */
+                   ((uintptr_t)w->sb & 15) == 0 && w->sb_bytes * 16 * (TP_BM / 16) <= TP_SB_MAX; /* bulk-copied */
     return (bf || qi) && w->K == w->KT * 16 && w->K % 128 == 0 && w->K <= 12160 && w->K <= x->kmax &&
            w->MT * 16 <= x->nmax && T <= x->tmax;
 }
@@ -954,8 +963,9 @@ dd_status tp_create(tp_exec **out, cu_state *st, int max_tokens, dd_error *err) 
     CU_TRY(cudaMalloc(&x->lo, hb), err, "throughput executor buffers");
     CU_TRY(cudaMalloc(&x->sums, (size_t)max_tokens * nmax * 4), err, "throughput executor buffers");
     CU_TRY(cudaMalloc(&x->part, TP_PART_BYTES), err, "throughput executor buffers");
-    x->ta = (max_tokens + 1) & ~1;
+    x->ta = (max_tokens + 63) & ~63; /* a QINT tile bulk-copies 64 tokens' sums from a 16-byte aligned row */
     CU_TRY(cudaMalloc(&x->asum, (size_t)(kmax / 32 + 1) * x->ta * 4), err, "throughput executor buffers");
+    CU_TRY(cudaMemset(x->asum, 0, (size_t)(kmax / 32 + 1) * x->ta * 4), err, "throughput executor buffers");
     return DD_OK;
 }
 
