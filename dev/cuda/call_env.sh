@@ -20,7 +20,10 @@ el() { echo "$(($(date +%s) - T0)) s"; }
 # fits SECONDS NAME: false (and logged) when the seconds used plus SECONDS would pass $CAP_S (default: no cap)
 fits() { (($(date +%s) - T0 + $1 <= ${CAP_S:-100000})) || { log "skipped $2: $(el) used, cap ${CAP_S} s"; return 1; }; }
 log "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader)"
-find build-cuda -type f -exec touch {} +
+# the carried objects newer than the copied sources (so they are reused); everything else in build-cuda (a warm
+# machine keeps the last call's library and programs) is older than them, so it is linked again (until 2026-12-06
+# 08:29 UTC every file was touched: a warm machine's stale library passed for the new one)
+find build-cuda/obj build-cuda/cuobj build-cuda/tobj -type f -exec touch {} + 2>/dev/null
 make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda -j16 ${MAKE_TARGET-tests} >"$R/build.log" 2>&1
 log "build rc $? ($(el))"
 B=build-cuda
