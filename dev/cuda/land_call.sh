@@ -8,7 +8,8 @@
 #   PART=speed: the latency executor's per-op timeline (GPT bf16 / q8 B1, CSM bf16 B1, GPT bf16 B8), depthdec bench
 #               over the batch curve (TL_CFGS picks the timelines), the PyTorch graph loop of scripts/bench_torch.py and bench --capacity
 #   PART=prof:  where tp_attend3's and tp_linear's time goes at GPT bf16 B256 (ncu sections of four launches each,
-#               one exec_ab frame: throughput, occupancy, warp states, memory; the whole reports in work.tgz)
+#               one exec_ab frame: throughput, occupancy, warp states, memory, stall sources; the whole reports in
+#               work.tgz); PROF_SPEC="gpt q8 256" and PROF_KERNELS="tp_linear:20" pick another frame and kernels
 #   PART=icache: dev/cuda/derisk/icache.cu (instruction-cache sizes and the cost of cold code, ~20 s with its build);
 #               put it first: PART="icache check speed"
 #   PART=linchain: dev/cuda/derisk/linchain.cu, layerchain.cu and chain.cu (the lean linear step's chain and the
@@ -61,11 +62,11 @@ if [[ $PART == *speed* ]]; then
 fi
 if [[ $PART == *prof* ]]; then
     dev_prog exec_ab
-    for kn in tp_attend3:80 tp_linear:20; do # (launches skipped: tp_attend3 4 a pass, so pass 21 of 31)
+    for kn in ${PROF_KERNELS:-tp_attend3:80 tp_linear:20}; do # (launches skipped: tp_attend3 4 a pass: pass 21)
         k=${kn%:*} skip=${kn#*:}
         fits 150 "ncu $k" || continue
-        cu_ncu_sections prof_$k $B/exec_ab $k $skip 4 "gpt bf16 256" SpeedOfLight Occupancy WarpStateStats \
-            MemoryWorkloadAnalysis LaunchStats
+        cu_ncu_sections prof_$k $B/exec_ab $k $skip 4 "${PROF_SPEC:-gpt bf16 256}" SpeedOfLight Occupancy \
+            WarpStateStats MemoryWorkloadAnalysis LaunchStats SourceCounters
     done
 fi
 (cd "$OUT" && tar czf work.tgz work && rm -rf work)
