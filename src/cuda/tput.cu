@@ -246,17 +246,16 @@ __device__ __forceinline__ float tp_sb_val(const uint8_t *p, int sbtype) { /* cu
  * (cu_qint_group per m16n8 fragment: element 4 jb + e is row g + 8 (e >> 1), token 8 jb + 2 cq + (e & 1)) */
 template <int BN>
 __device__ __forceinline__ void tp_qint_close(float (&p)[BN / 2], const float (&ga)[BN / 2], const tp_args &a,
-                                              const uint8_t *sb, const float *as, int wt, int t0, int g, int cq) {
+                                              const uint8_t *sb, const float *as, int wt, int g, int cq) {
     const int sbb = a.w.sb_bytes, es = sbb / 2;
     const uint8_t *r0 = sb + (wt * 16 + g) * sbb, *r1 = r0 + 8 * sbb;
     const tp_qgroup q = {tp_sb_val(r0, a.w.sbtype), tp_sb_val(r0 + es, a.w.sbtype), tp_sb_val(r1, a.w.sbtype),
                          tp_sb_val(r1 + es, a.w.sbtype)};
 #pragma unroll
-    for (int jb = 0; jb < BN / 8; jb++) {
-        const int j = 8 * jb + 2 * cq;
-        const float a0 = t0 + j < a.T ? as[j] : 0.0f, a1 = t0 + j + 1 < a.T ? as[j + 1] : 0.0f;
-        cu_qint_group(*(float(*)[4]) & p[4 * jb], *(const float(*)[4]) & ga[4 * jb], q.s0, q.b0, q.s1, q.b1, a0,
-                      a1);
+    for (int jb = 0; jb < BN / 8; jb++) { /* tokens past T: any finite or not value, their columns are never stored */
+        const float2 s2 = *(const float2 *)(as + 8 * jb + 2 * cq);
+        cu_qint_group(*(float(*)[4]) & p[4 * jb], *(const float(*)[4]) & ga[4 * jb], q.s0, q.b0, q.s1, q.b1, s2.x,
+                      s2.y);
     }
 }
 
@@ -375,7 +374,7 @@ __global__ void __launch_bounds__(TP_THREADS, 1)
         auto close = [&](float (&gp)[NACC]) {
             tp_fence_regs(gp);
             const unsigned char *st = smem + prev * SB;
-            tp_qint_close<BN>(p, gp, a, st + SBO, (const float *)(st + ASO), wt, t0, g, cq);
+            tp_qint_close<BN>(p, gp, a, st + SBO, (const float *)(st + ASO), wt, g, cq);
             __syncwarp();
             if (lane == 0) tp_mbar_arrive(&empty[prev]);
         };
@@ -457,15 +456,11 @@ __global__ void __launch_bounds__(TP_THREADS, 1)
 #endif
 }
 
-/* y = cu_epilogue of the running sums: src[0] (T, Nr), plus src[q] for q < np in order (the later slabs' chunk
- * partials); gate/up pairs: m-tile 2 u gates and 2 u + 1 is up for outputs 16 u .. 16 u + 15 (cu_gemm_big).
- * grid (ceil(N / 256), T) */
-__global__ void __launch_bounds__(256) tp_epi(const cu_linear L, int T, const float *src, int np, int Nr,
-                                              uint16_t *hi, uint16_t *lo) {
-    tp_pdl_trigger();
-    tp_pdl_wait();
-    const int j = blockIdx.x * 256 + threadIdx.x, t = blockIdx.y;
-    if (j >= L.w.N) return;
+/* output j of token t: y = cu_epilogue of the running sums: src[0] (T, Nr), plus src[q] for q < np in order (the
+ * later slabs' chunk partials); gate/up pairs: m-tile 2 u gates and 2 u + 1 is up for outputs 16 u .. 16 u + 15
+ * (cu_gemm_big); with hi / lo also its split (returned: cu_split_pack's word) */
+__device__ __forceinline__ uint32_t tp_epi_val(const cu_linear &L, int T, const float *src, int np, int Nr,
+                                               uint16_t *hi, uint16_t *lo, int j, int t) {
     const size_t TN = (size_t)T * Nr;
     const int r = L.w.pair ? 32 * (j >> 4) + (j & 15) : j;
     const float *p = src + (size_t)t * Nr + r;
@@ -475,10 +470,32 @@ __global__ void __launch_bounds__(256) tp_epi(const cu_linear L, int T, const fl
         if (L.w.pair) u = u + __ldcg(p + q * TN + 16);
     }
     const float y = cu_epilogue(L, t, j, a, u);
-    if (hi) { /* the next linear reads these rows without a norm: its split (tp_split's values) here */
-        const uint32_t w = cu_split_pack(y);
-        hi[(size_t)t * L.w.N + j] = (uint16_t)(w & 0xFFFFu), lo[(size_t)t * L.w.N + j] = (uint16_t)(w >> 16);
+    if (!hi) return 0u;
+    const uint32_t w = cu_split_pack(y); /* the next linear reads these rows without a norm: tp_split's values */
+    hi[(size_t)t * L.w.N + j] = (uint16_t)(w & 0xFFFFu), lo[(size_t)t * L.w.N + j] = (uint16_t)(w >> 16);
+    return w;
+}
+/* tp_epi_val for every output, grid (ceil(N / 256), T); asum (a QINT next linear): the group sums of the split */
+__global__ void __launch_bounds__(256) tp_epi(const cu_linear L, int T, const float *src, int np, int Nr,
+                                              uint16_t *hi, uint16_t *lo, float *asum, int ta) {
+    __shared__ uint32_t pw[256]; /* asum: the block's split words */
+    tp_pdl_trigger();
+    tp_pdl_wait();
+    const int j = blockIdx.x * 256 + threadIdx.x, t = blockIdx.y;
+    if (asum) { /* a QINT next linear (groups of 64, N % 64 == 0): the group sums of the block's columns too */
+        pw[threadIdx.x] = j < L.w.N ? tp_epi_val(L, T, src, np, Nr, hi, lo, j, t) : 0u;
+        __syncthreads();
+        const int wi = threadIdx.x >> 5, lane = threadIdx.x & 31, c = blockIdx.x * 256 + 64 * wi;
+        if (wi < 4 && c < L.w.N) { /* tp_split's cu_group_sum order */
+            float g = 0.0f;
+            g += cu_packed_val(pw[64 * wi + lane]);
+            g += cu_packed_val(pw[64 * wi + 32 + lane]);
+            g = cu_warp_sum(g);
+            if (lane == 0) asum[(size_t)(c / 64) * ta + t] = g;
+        }
+        return;
     }
+    if (j < L.w.N) tp_epi_val(L, T, src, np, Nr, hi, lo, j, t);
 }
 
 /* one attention op of the frame (the frame kernel's fast schedule, cu_attend_fast: the same arithmetic), one warp
@@ -526,6 +543,15 @@ __device__ __forceinline__ void tp_att_store(float *out, uint16_t *hi, uint16_t 
         hi[i] = (uint16_t)(wd & 0xFFFFu), lo[i] = (uint16_t)(wd >> 16);
     }
 }
+/* a QINT next linear (groups of 64, HD % 64 == 0): the group sum of the split outputs at columns c .. c + 63 of row
+ * tok, lane holding c + lane (oa) and c + 32 + lane (ob): tp_split's cu_group_sum order */
+__device__ __forceinline__ void tp_att_gsum(float *asum, int ta, size_t c, size_t tok, float oa, float ob, int lane) {
+    float g = 0.0f;
+    g += cu_packed_val(cu_split_pack(oa));
+    g += cu_packed_val(cu_split_pack(ob));
+    g = cu_warp_sum(g);
+    if (lane == 0) asum[(c / 64) * ta + tok] = g;
+}
 
 /* One attention op for many streams, one warp a (stream, kv head) at a time (up to 4 warps a block, each on its own,
  * no block barrier; a grid of the co-resident blocks, each warp looping over items with two buffers). Everything an
@@ -541,7 +567,8 @@ __device__ __forceinline__ void tp_att_store(float *out, uint16_t *hi, uint16_t 
  * rows are also split into two bf16 terms (the next linear reads them without a norm: tp_split's values). HD % 4 ==
  * 0, 16-byte aligned cache and qkv rows; dynamic shared memory tp_attend3_smem. */
 template <int HDC> /* HDC: the head width as a constant (its address and loop arithmetic folded), 0: A.HD */
-__global__ void __launch_bounds__(128, 4) tp_attend3(const cu_attend A, int n, uint16_t *hi, uint16_t *lo) {
+__global__ void __launch_bounds__(128, 4) tp_attend3(const cu_attend A, int n, uint16_t *hi, uint16_t *lo,
+                                                     float *asum, int ta) {
     extern __shared__ __align__(16) float tp_kv[];
     tp_pdl_trigger();
     tp_pdl_wait();
@@ -653,6 +680,7 @@ __global__ void __launch_bounds__(128, 4) tp_attend3(const cu_attend A, int n, u
                 tp_value_sum(Vs, HD, nq, w[q][0], w[q][1], da, db, oa, ob);
                 if (da < HD) tp_att_store(A.out, hi, lo, orow + da, oa);
                 if (db < HD) tp_att_store(A.out, hi, lo, orow + db, ob);
+                if (asum) tp_att_gsum(asum, ta, (size_t)h * HD + d0, (size_t)s * P + i, oa, ob, lane);
             }
         }
         __syncwarp(); /* every lane is done with this buffer before the next-but-one item's copies come into it */
@@ -669,7 +697,8 @@ __global__ void __launch_bounds__(128, 4) tp_attend3(const cu_attend A, int n, u
  * With hi / lo set, the output rows also as two bf16 terms (as tp_attend3). HD % 4 == 0; dynamic shared memory
  * tp_attend2_smem. */
 template <int HDC> /* as tp_attend3's */
-__global__ void __launch_bounds__(128) tp_attend2(const cu_attend A, int n, uint16_t *hi, uint16_t *lo) {
+__global__ void __launch_bounds__(128) tp_attend2(const cu_attend A, int n, uint16_t *hi, uint16_t *lo, float *asum,
+                                                  int ta) {
     extern __shared__ float tp_kv[];
     tp_pdl_trigger();
     tp_pdl_wait();
@@ -740,6 +769,7 @@ __global__ void __launch_bounds__(128) tp_attend2(const cu_attend A, int n, uint
             tp_value_sum(Vs, HD, nk, w0, w1, da, db, oa, ob);
             if (da < HD) tp_att_store(A.out, hi, lo, orow + da, oa);
             if (db < HD) tp_att_store(A.out, hi, lo, orow + db, ob);
+            if (asum) tp_att_gsum(asum, ta, (size_t)h * HD + d0, (size_t)s * P + i, oa, ob, lane);
         }
     }
 }
@@ -874,7 +904,7 @@ static cudaError_t tp_launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem
 /* Linear L on T tokens: its split (unless split_done: the previous linear's epilogue wrote it), the tile, the
  * epilogue (with split_next: also the split of its output rows, which the next linear reads without a norm) */
 static dd_status tp_run_linear(tp_exec *x, const cu_linear *L, int T, int split_done, int split_next,
-                               cudaStream_t stream, dd_error *err) {
+                               int sums_next, cudaStream_t stream, dd_error *err) {
     const int K = L->w.K, Nr = L->w.MT * 16, NC = K / (16 * CU_CKT);
     const int qi = L->w.wm == WM_QINT; /* QINT: 64 tokens a tile (with 128 its three accumulator sets spill) */
     int bn, S;
@@ -882,7 +912,7 @@ static dd_status tp_run_linear(tp_exec *x, const cu_linear *L, int T, int split_
     CUtensorMap mh, ml;
     dd_status s;
     if ((s = tp_map(x, &mh, x->hi, T, K, bn, err)) || (s = tp_map(x, &ml, x->lo, T, K, bn, err))) return s;
-    if (!split_done || qi) /* QINT: the split's group sums too (a QINT linear is never handed a split) */
+    if (!split_done) /* QINT: the split's group sums too (a split handed over comes with them) */
         CU_TRY(tp_launch(tp_split, dim3(T), dim3(256), (size_t)K * 4, stream, *L, T, x->hi, x->lo,
                          qi ? x->asum : (float *)NULL, x->ta),
                err, "throughput executor launch");
@@ -896,7 +926,7 @@ static dd_status tp_run_linear(tp_exec *x, const cu_linear *L, int T, int split_
     const int np = S == 1 ? 1 : NC - NC / S + 1;
     uint16_t *hn = split_next ? (uint16_t *)x->hi : NULL, *ln = split_next ? (uint16_t *)x->lo : NULL;
     CU_TRY(tp_launch(tp_epi, dim3((L->w.N + 255) / 256, T), dim3(256), 0, stream, *L, T, (const float *)out, np, Nr,
-                     hn, ln),
+                     hn, ln, split_next && sums_next ? x->asum : (float *)NULL, x->ta),
            err, "throughput executor launch");
     return DD_OK;
 }
@@ -904,8 +934,8 @@ static dd_status tp_run_linear(tp_exec *x, const cu_linear *L, int T, int split_
 /* 1 when linear b reads exactly the rows linear a writes, without a norm (fc2 after fc1): a's epilogue can write
  * b's split */
 static int tp_chains(const cu_linear *a, const cu_linear *b) {
-    return b->norm == DD_NORM_NONE && b->w.wm != WM_QINT && b->x == a->y && b->ldx == a->ldy && b->w.K == a->w.N &&
-           b->tmul == a->tmul; /* a QINT linear's split also holds its group sums: tp_split writes it */
+    return b->norm == DD_NORM_NONE && b->x == a->y && b->ldx == a->ldy && b->w.K == a->w.N &&
+           b->tmul == a->tmul; /* a QINT b (tp_suits: groups of 64): a's epilogue writes the group sums too */
 }
 
 dd_status tp_create(tp_exec **out, cu_state *st, int max_tokens, dd_error *err) {
@@ -941,7 +971,8 @@ dd_status tp_create(tp_exec **out, cu_state *st, int max_tokens, dd_error *err) 
                "throughput executor shared memory");
     CU_TRY(cudaFuncSetAttribute(tp_sample, cudaFuncAttributeMaxDynamicSharedMemorySize, CU_ACT_BYTES), err,
            "throughput executor shared memory");
-    void (*const att3[])(cu_attend, int, uint16_t *, uint16_t *) = {tp_attend3<64>, tp_attend3<128>, tp_attend3<0>};
+    void (*const att3[])(cu_attend, int, uint16_t *, uint16_t *, float *, int) = {tp_attend3<64>, tp_attend3<128>,
+                                                                                tp_attend3<0>};
     for (auto f : att3)
         CU_TRY(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, TP_ATT3_SMEM), err,
                "throughput executor shared memory");
@@ -998,7 +1029,9 @@ static dd_status tp_enqueue(tp_exec *x, int v, int n, float temp, int topk, cuda
             const cu_op *nx = i + 1 < nops ? &ops[i + 1] : NULL;
             const int chain = nx && nx->type == CU_OP_LINEAR && tp_suits(x, &nx->lin, cu_lin_T(&nx->lin, n)) &&
                               tp_chains(&o->lin, &nx->lin);
-            if ((s = tp_run_linear(x, &o->lin, cu_lin_T(&o->lin, n), split_done, chain, stream, err))) return s;
+            if ((s = tp_run_linear(x, &o->lin, cu_lin_T(&o->lin, n), split_done, chain,
+                                   chain && nx->lin.w.wm == WM_QINT, stream, err)))
+                return s;
             split_done = chain;
             i++;
             continue;
@@ -1008,32 +1041,35 @@ static dd_status tp_enqueue(tp_exec *x, int v, int n, float temp, int topk, cuda
         const cu_op *nx = i + 1 < nops ? &ops[i + 1] : NULL;
         const int chain = o->type == CU_OP_ATTEND && nx && nx->type == CU_OP_LINEAR &&
                           tp_suits(x, &nx->lin, cu_lin_T(&nx->lin, n)) && nx->lin.norm == DD_NORM_NONE &&
-                          nx->lin.w.wm != WM_QINT && nx->lin.x == o->att.out && nx->lin.ldx == o->att.H * o->att.HD &&
+                          (nx->lin.w.wm != WM_QINT || o->att.HD % 64 == 0) && nx->lin.x == o->att.out &&
+                          nx->lin.ldx == o->att.H * o->att.HD &&
                           nx->lin.w.K == o->att.H * o->att.HD && cu_lin_T(&nx->lin, n) == n * o->att.P;
         uint16_t *hn = chain ? (uint16_t *)x->hi : NULL, *ln = chain ? (uint16_t *)x->lo : NULL;
+        float *an = chain && nx->lin.w.wm == WM_QINT ? x->asum : NULL; /* its group sums (groups of 64) */
         if (o->type == CU_OP_ATTEND && tp_attend3_ok(&o->att)) {
             const size_t ws = tp_attend3_smem(&o->att); /* a warp's; warps a block within 48 KB (or one), 4 at most */
             const int W = ws * 4 <= 48 * 1024 ? 4 : ws * 2 <= 48 * 1024 ? 2 : 1, items = n * o->att.KVH;
-            void (*k)(cu_attend, int, uint16_t *, uint16_t *) = o->att.HD == 64    ? tp_attend3<64>
-                                                                : o->att.HD == 128 ? tp_attend3<128>
-                                                                                   : tp_attend3<0>;
+            void (*k)(cu_attend, int, uint16_t *, uint16_t *, float *, int) = o->att.HD == 64    ? tp_attend3<64>
+                                                                              : o->att.HD == 128 ? tp_attend3<128>
+                                                                                                 : tp_attend3<0>;
             /* as many blocks as are co-resident (each warp loops over items, the next item's copies in flight
              * while it works on one), at most one a W items */
             int per = 0, blocks = (items + W - 1) / W;
             CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k, 32 * W, W * ws), err,
                    "throughput executor occupancy");
             if (per > 0 && blocks > per * x->sms) blocks = per * x->sms;
-            CU_TRY(tp_launch(k, dim3(blocks), dim3(32 * W), W * ws, stream, o->att, n, hn, ln), err,
+            CU_TRY(tp_launch(k, dim3(blocks), dim3(32 * W), W * ws, stream, o->att, n, hn, ln, an, x->ta), err,
                    "throughput executor launch");
             split_done = chain;
             i++;
             continue;
         }
         if (o->type == CU_OP_ATTEND && tp_attend2_ok(&o->att)) { /* GQA: a block a (stream, kv head) */
-            void (*k)(cu_attend, int, uint16_t *, uint16_t *) = o->att.HD == 64    ? tp_attend2<64>
-                                                                : o->att.HD == 128 ? tp_attend2<128>
-                                                                                   : tp_attend2<0>;
-            CU_TRY(tp_launch(k, dim3(n * o->att.KVH), dim3(128), tp_attend2_smem(&o->att), stream, o->att, n, hn, ln),
+            void (*k)(cu_attend, int, uint16_t *, uint16_t *, float *, int) = o->att.HD == 64    ? tp_attend2<64>
+                                                                              : o->att.HD == 128 ? tp_attend2<128>
+                                                                                                 : tp_attend2<0>;
+            CU_TRY(tp_launch(k, dim3(n * o->att.KVH), dim3(128), tp_attend2_smem(&o->att), stream, o->att, n, hn, ln,
+                             an, x->ta),
                    err, "throughput executor launch");
             split_done = chain;
             i++;
