@@ -9,7 +9,8 @@
  *              onto the running sum in chunk order (split-K in S fixed slabs: slab 0 keeps the running sum,
  *              later slabs store their chunk partials, added in chunk order by tp_epi); q8 / q4 weights (QINT,
  *              groups of 64) as exact bf16 integers, each group's partial closed with its scale, bias and the
- *              tokens' group sums (tp_split writes them) before it joins the chunk's, as cu_gemm_big does;
+ *              tokens' group sums (tp_split writes them with the split, or the kernel before it: tp_epi, the
+ *              attention kernels) before it joins the chunk's, as cu_gemm_big does;
  *   tp_epi     the running sum (plus the slabs' partials, in order) through the frame kernel's cu_epilogue
  *              (bias, activation / gate pair, residual, added rows).
  * Attention runs as a kernel of its own: tp_attend3 (a warp a (stream, kv head) at a time, up to 4 a block, the
@@ -66,7 +67,7 @@ struct tp_args {
     const uint8_t *wfrag; /* the weights in the engine's fragment layout, Nr = MT 16 rows, KT = K / 16 */
     int Nr, K, T, S;
     cu_mat w;             /* q8 / q4 (QINT): the scales and biases (cu_sb), group */
-    const float *asum;    /* QINT: the activations' group sums, [NG][ta] (tp_split) */
+    const float *asum;    /* QINT: the activations' group sums, [NG][ta] (with the split) */
     int ta;
     int *err;             /* the decoder's error words: [0] = CU_ERR_TIMEOUT on a pipeline timeout */
     u64 timeout_ns;
@@ -366,8 +367,8 @@ __global__ void __launch_bounds__(TP_THREADS, 1)
         for (int i = 0; i < NACC; i++) p[i] = 0.0f;
     };
     if constexpr (QI) {
-        /* group 2 c + h in stage s: its wgmmas into ga[h] are issued, then the group before it (in stage prev, ga[h ^ 1])
-         * is waited for, closed into p and its stage released */
+        /* group 2 c + h in stage s: its wgmmas into ga[h] are issued, then the group before it (in stage prev,
+         * ga[h ^ 1]) is waited for, closed into p and its stage released */
         const int wt = wg * 4 + warp; /* the warp's m-tile in the CTA */
         float ga[2][NACC];
         int prev = -1;
