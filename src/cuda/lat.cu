@@ -569,8 +569,8 @@ __device__ __forceinline__ void lt_stage(int opi, int K, int group, int qint, in
         lt_bar::sync();
         LT_PH(3);
     }
-    /* a thread's columns over every row: the column's norm weights loaded once for the T rows, whose values are
-     * independent (several in flight); each element as before, in place */
+    /* a thread's columns over every row: the T rows' elements of a column share its norm weights and are
+     * independent of each other (several in flight); each element as before, in place */
 #pragma unroll 1
     for (int kk = tid; kk < nc; kk += LT_NC) {
         const int k = kb + kk;
