@@ -6,10 +6,14 @@
 # per-launch cost from an accumulating one. Each job runs in its own session under `timeout RACE_S` (default 240) and
 # a memory guard that kills it past GUARD_GB (default 14) resident, so one job cannot take the host down.
 #   OUT=$OUT bash dev/cuda/race_call.sh     (carry build-cuda/{cuobj,obj,tobj}, .debs)
-# RACE_JOBS="name quick tool options...;..." replaces the job list below; RACE_BIN another test_cuda (a side's).
+# RACE_JOBS="name quick tool options...;..." replaces the job list below; RACE_BIN another test_cuda (a side's), or
+# $B/exec_ab (built here) with RACE_ARGS, e.g. the q8 tile alone: RACE_BIN=build-cuda/exec_ab RACE_ARGS="gpt q8 1 64"
+# EXEC_AB_NOLAT=1 EXEC_AB_NOFRAME=1 EXEC_AB_WARM=0 RACE_JOBS="q8 3 racecheck --kernel-name kns=tp_linear
+# --launch-count 40" (exported: every launch of that frame is a q8 tile).
 # Writes $OUT/summary.txt (a line a job: rc, the tool's summary, peak resident GB, seconds) and $OUT/race.tgz (logs).
 CALL=${CALL:-race} source "$(dirname "$0")/call_env.sh"
 RACE_S=${RACE_S:-240}
+[[ ${RACE_BIN:-} == */exec_ab ]] && dev_prog exec_ab
 GUARD_KB=$((${GUARD_GB:-14} * 1024 * 1024))
 log "$(compute-sanitizer --version | tail -1)"
 # name  quick  tool and filter
@@ -46,7 +50,7 @@ guard() {
 for j in "${JOBS[@]}"; do
     read -r name q tool rest <<<"$j"
     setsid bash -c "echo \$\$ >'$R/$name.sid'; t0=\$(date +%s); DD_CUDA_TIMEOUT_S=200 DD_TEST_QUICK=$q DD_TEST_ONLY=test_tput timeout -k 5 $RACE_S \
-        compute-sanitizer --tool $tool $rest ${RACE_BIN:-$B/test_cuda} >'$R/$name.log' 2>&1; \
+        compute-sanitizer --tool $tool $rest ${RACE_BIN:-$B/test_cuda} ${RACE_ARGS:-} >'$R/$name.log' 2>&1; \
         echo \"rc \$? after \$((\$(date +%s) - t0)) s\" >'$R/$name.rc'" &
     guard "$name" &
 done
