@@ -238,11 +238,6 @@ template <int TYPE> __host__ __device__ constexpr int tp_tile_bytes() {
 struct tp_qgroup {
     float s0, b0, s1, b1; /* rows g and g + 8 of the warp's m-tile */
 };
-__device__ __forceinline__ float tp_sb_val(const uint8_t *p, int sbtype) { /* cu_sb_load from shared memory */
-    if (sbtype == DD_F32) return *(const float *)p;
-    const unsigned short h = *(const unsigned short *)p;
-    return sbtype == DD_F16 ? __half2float(__ushort_as_half(h)) : __uint_as_float((uint32_t)h << 16);
-}
 /* the group in stage st (its scales and biases at sb, its group sums at as) closed into the chunk's partial p
  * (cu_qint_group per m16n8 fragment: element 4 jb + e is row g + 8 (e >> 1), token 8 jb + 2 cq + (e & 1)) */
 template <int BN>
@@ -250,8 +245,8 @@ __device__ __forceinline__ void tp_qint_close(float (&p)[BN / 2], const float (&
                                               const uint8_t *sb, const float *as, int wt, int g, int cq) {
     const int sbb = a.w.sb_bytes, es = sbb / 2;
     const uint8_t *r0 = sb + (wt * 16 + g) * sbb, *r1 = r0 + 8 * sbb;
-    const tp_qgroup q = {tp_sb_val(r0, a.w.sbtype), tp_sb_val(r0 + es, a.w.sbtype), tp_sb_val(r1, a.w.sbtype),
-                         tp_sb_val(r1 + es, a.w.sbtype)};
+    const tp_qgroup q = {cu_sb_load<true>(r0, a.w.sbtype), cu_sb_load<true>(r0 + es, a.w.sbtype),
+                         cu_sb_load<true>(r1, a.w.sbtype), cu_sb_load<true>(r1 + es, a.w.sbtype)};
 #pragma unroll
     for (int jb = 0; jb < BN / 8; jb++) { /* tokens past T: any finite or not value, their columns are never stored */
         const float2 s2 = *(const float2 *)(as + 8 * jb + 2 * cq);
@@ -487,11 +482,8 @@ __global__ void __launch_bounds__(256) tp_epi(const cu_linear L, int T, const fl
         pw[threadIdx.x] = j < L.w.N ? tp_epi_val(L, T, src, np, Nr, hi, lo, j, t) : 0u;
         __syncthreads();
         const int wi = threadIdx.x >> 5, lane = threadIdx.x & 31, c = blockIdx.x * 256 + 64 * wi;
-        if (wi < 4 && c < L.w.N) { /* tp_split's cu_group_sum order */
-            float g = 0.0f;
-            g += cu_packed_val(pw[64 * wi + lane]);
-            g += cu_packed_val(pw[64 * wi + 32 + lane]);
-            g = cu_warp_sum(g);
+        if (wi < 4 && c < L.w.N) { /* as tp_split sums them */
+            const float g = cu_group_sum([&](int k) { return pw[64 * wi + k]; }, 64, lane);
             if (lane == 0) asum[(size_t)(c / 64) * ta + t] = g;
         }
         return;
@@ -536,21 +528,19 @@ __device__ __forceinline__ void tp_value_sum(const float *Vs, int HD, int nk, fl
 }
 
 /* an attention output element: out[i] = v, and with hi / lo set (the next linear reads the rows without a norm) its
- * two bf16 terms, tp_split's values */
-__device__ __forceinline__ void tp_att_store(float *out, uint16_t *hi, uint16_t *lo, size_t i, float v) {
+ * two bf16 terms, tp_split's values (returned: cu_split_pack's word, else 0) */
+__device__ __forceinline__ uint32_t tp_att_store(float *out, uint16_t *hi, uint16_t *lo, size_t i, float v) {
     out[i] = v;
-    if (hi) {
-        const uint32_t wd = cu_split_pack(v);
-        hi[i] = (uint16_t)(wd & 0xFFFFu), lo[i] = (uint16_t)(wd >> 16);
-    }
+    if (!hi) return 0u;
+    const uint32_t wd = cu_split_pack(v);
+    hi[i] = (uint16_t)(wd & 0xFFFFu), lo[i] = (uint16_t)(wd >> 16);
+    return wd;
 }
-/* a QINT next linear (groups of 64, HD % 64 == 0): the group sum of the split outputs at columns c .. c + 63 of row
- * tok, lane holding c + lane (oa) and c + 32 + lane (ob): tp_split's cu_group_sum order */
-__device__ __forceinline__ void tp_att_gsum(float *asum, int ta, size_t c, size_t tok, float oa, float ob, int lane) {
-    float g = 0.0f;
-    g += cu_packed_val(cu_split_pack(oa));
-    g += cu_packed_val(cu_split_pack(ob));
-    g = cu_warp_sum(g);
+/* a QINT next linear (groups of 64, HD % 64 == 0): the group sum of the split words at columns c .. c + 63 of row
+ * tok, lane holding those of c + lane (wa) and c + 32 + lane (wb), as tp_split sums them */
+__device__ __forceinline__ void tp_att_gsum(float *asum, int ta, size_t c, size_t tok, uint32_t wa, uint32_t wb,
+                                            int lane) {
+    const float g = cu_group_sum([&](int k) { return k < 32 ? wa : wb; }, 64, lane); /* k: lane or lane + 32 */
     if (lane == 0) asum[(c / 64) * ta + tok] = g;
 }
 
@@ -679,9 +669,9 @@ __global__ void __launch_bounds__(128, 4) tp_attend3(const cu_attend A, int n, u
                 const int da = d0 + lane, db = d0 + 32 + lane;
                 float oa = 0.0f, ob = 0.0f;
                 tp_value_sum(Vs, HD, nq, w[q][0], w[q][1], da, db, oa, ob);
-                if (da < HD) tp_att_store(A.out, hi, lo, orow + da, oa);
-                if (db < HD) tp_att_store(A.out, hi, lo, orow + db, ob);
-                if (asum) tp_att_gsum(asum, ta, (size_t)h * HD + d0, (size_t)s * P + i, oa, ob, lane);
+                const uint32_t wa = da < HD ? tp_att_store(A.out, hi, lo, orow + da, oa) : 0u;
+                const uint32_t wb = db < HD ? tp_att_store(A.out, hi, lo, orow + db, ob) : 0u;
+                if (asum) tp_att_gsum(asum, ta, (size_t)h * HD + d0, (size_t)s * P + i, wa, wb, lane);
             }
         }
         __syncwarp(); /* every lane is done with this buffer before the next-but-one item's copies come into it */
@@ -768,9 +758,9 @@ __global__ void __launch_bounds__(128) tp_attend2(const cu_attend A, int n, uint
             const int da = d0 + lane, db = d0 + 32 + lane;
             float oa = 0.0f, ob = 0.0f;
             tp_value_sum(Vs, HD, nk, w0, w1, da, db, oa, ob);
-            if (da < HD) tp_att_store(A.out, hi, lo, orow + da, oa);
-            if (db < HD) tp_att_store(A.out, hi, lo, orow + db, ob);
-            if (asum) tp_att_gsum(asum, ta, (size_t)h * HD + d0, (size_t)s * P + i, oa, ob, lane);
+            const uint32_t wa = da < HD ? tp_att_store(A.out, hi, lo, orow + da, oa) : 0u;
+            const uint32_t wb = db < HD ? tp_att_store(A.out, hi, lo, orow + db, ob) : 0u;
+            if (asum) tp_att_gsum(asum, ta, (size_t)h * HD + d0, (size_t)s * P + i, wa, wb, lane);
         }
     }
 }
