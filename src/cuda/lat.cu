@@ -569,10 +569,30 @@ __device__ __forceinline__ void lt_stage(int opi, int K, int group, int qint, in
         lt_bar::sync();
         LT_PH(3);
     }
+    /* QINT: a warp a (row, group) normalises and packs the group's columns (lane k, k + 32, ...) and adds their
+     * values as cu_group_sum does (no barrier between the two); the window's columns past its groups (past K) as
+     * below */
+    const int ng = qint ? (min(kb + nc, K) - kb) / group : 0;
+#pragma unroll 1
+    for (int it = warp; it < T * ng; it += LT_NW) {
+        const int t = it / ng, gl = it - t * ng, k0 = gl * group;
+        uint32_t *row = S.act + (size_t)t * SR;
+        const float mean = norm != DD_NORM_NONE ? smean[t] : 0.0f, rstd = norm != DD_NORM_NONE ? srstd[t] : 1.0f;
+        float s = 0.0f;
+#pragma unroll 1
+        for (int k = k0 + lane; k < k0 + group; k += 32) {
+            const uint32_t w =
+                cu_split_pack(cu_norm_val(((const float *)row)[k], kb + k, norm, mean, rstd, op.nw, op.nb));
+            row[k] = w;
+            s += cu_packed_val(w);
+        }
+        s = cu_warp_sum(s);
+        if (lane == 0) S.asum[t * ng + gl] = s;
+    }
     /* a thread's columns over every row: the T rows' elements of a column share its norm weights and are
      * independent of each other (several in flight); each element as before, in place */
 #pragma unroll 1
-    for (int kk = tid; kk < nc; kk += LT_NC) {
+    for (int kk = ng * group + tid; kk < nc; kk += LT_NC) {
         const int k = kb + kk;
 #pragma unroll 4
         for (int t = 0; t < T; t++) {
@@ -580,17 +600,6 @@ __device__ __forceinline__ void lt_stage(int opi, int K, int group, int qint, in
             const float mean = norm != DD_NORM_NONE ? smean[t] : 0.0f, rstd = norm != DD_NORM_NONE ? srstd[t] : 1.0f;
             row[kk] = k < K ? cu_split_pack(cu_norm_val(((const float *)row)[kk], k, norm, mean, rstd, op.nw, op.nb))
                             : 0u;
-        }
-    }
-    if (qint) {
-        lt_bar::sync();
-        const int ng = (min(kb + nc, K) - kb) / group;
-#pragma unroll 1
-        for (int it = warp; it < T * ng; it += LT_NW) {
-            int t = it / ng, gl = it - t * ng;
-            const uint32_t *row = S.act + (size_t)t * SR + (size_t)gl * group;
-            float s = cu_group_sum([&](int k) { return row[k]; }, group, lane);
-            if (lane == 0) S.asum[t * ng + gl] = s;
         }
     }
     lt_bar::sync();
