@@ -690,29 +690,26 @@ __global__ void __launch_bounds__(128, 4) tp_attend3(const cu_attend A, int n, u
 template <int HDC> /* as tp_attend3's */
 __global__ void __launch_bounds__(128) tp_attend2(const cu_attend A, int n, uint16_t *hi, uint16_t *lo, float *asum,
                                                   int ta) {
-    extern __shared__ float tp_kv[];
+    extern __shared__ __align__(16) float tp_kv[];
     tp_pdl_trigger();
     tp_pdl_wait();
     const int HD = HDC ? HDC : A.HD, G = A.H / A.KVH, kvw = A.KVH * HD, qw = (A.H + 2 * A.KVH) * HD, P = A.P,
               p0 = A.p0;
-    const int s = blockIdx.x / A.KVH, kh = blockIdx.x % A.KVH, NK = p0 + P;
+    const int s = blockIdx.x / A.KVH, kh = blockIdx.x % A.KVH, NK = p0 + P, KS = HD + 4, C = HD / 4;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    float *Ks = tp_kv, *Vs = Ks + (((size_t)NK * (HD + 1) + 3) & ~(size_t)3), *Qs = Vs + (size_t)NK * HD; /* Vs 16 B */
+    float *Ks = tp_kv, *Vs = Ks + (size_t)NK * KS, *Qs = Vs + (size_t)NK * HD; /* rows of 16 B multiples */
     const float *tok0 = A.qkv + (size_t)s * P * qw;
     const float *kc = A.kc + (size_t)s * A.cstride + (size_t)kh * HD,
                 *vc = A.vc + (size_t)s * A.cstride + (size_t)kh * HD;
     const int voff = (A.H + A.KVH + kh) * HD;
-    for (int idx = tid; idx < p0 * (HD / 4); idx += 128) { /* earlier positions from the cache */
-        const int j = idx / (HD / 4), c = 4 * (idx % (HD / 4));
-        const float4 k = __ldcg((const float4 *)(kc + (size_t)j * kvw + c));
-        const float4 v = __ldcg((const float4 *)(vc + (size_t)j * kvw + c));
-        float *kr = Ks + (size_t)j * (HD + 1) + c;
-        kr[0] = k.x, kr[1] = k.y, kr[2] = k.z, kr[3] = k.w;
-        *(float4 *)(Vs + (size_t)j * HD + c) = v;
+    for (int idx = tid; idx < p0 * C; idx += 128) { /* earlier positions from the cache: every copy in flight */
+        const int j = idx / C, c = 4 * (idx % C);
+        cu_cp_async16(Ks + (size_t)j * KS + c, kc + (size_t)j * kvw + c);
+        cu_cp_async16(Vs + (size_t)j * HD + c, vc + (size_t)j * kvw + c);
     }
-    for (int r = warp; r < P; r += 4) { /* this pass's keys (rotated) and values */
-        cu_norm_rot_row(A, tok0 + (size_t)r * qw + (size_t)(A.H + kh) * HD, A.kn, p0 + r,
-                        Ks + (size_t)(p0 + r) * (HD + 1),
+    cu_cp_commit();
+    for (int r = warp; r < P; r += 4) { /* this pass's keys (rotated) and values, while the copies arrive */
+        cu_norm_rot_row(A, tok0 + (size_t)r * qw + (size_t)(A.H + kh) * HD, A.kn, p0 + r, Ks + (size_t)(p0 + r) * KS,
                         lane);
         for (int d = lane; d < HD; d += 32) Vs[(size_t)(p0 + r) * HD + d] = __ldcg(tok0 + (size_t)r * qw + voff + d);
     }
@@ -720,29 +717,36 @@ __global__ void __launch_bounds__(128) tp_attend2(const cu_attend A, int n, uint
         const int g = q / P, i = q % P;
         cu_norm_rot_row(A, tok0 + (size_t)i * qw + (size_t)(kh * G + g) * HD, A.qn, p0 + i, Qs + (size_t)q * HD, lane);
     }
+    cu_cp_wait<0>();
     __syncthreads();
     if (warp == 0) /* the append: token (s, i)'s key and value for this kv head */
         for (int r = 0; r < P; r++) {
             float *kd = A.kc + (size_t)s * A.cstride + (size_t)(p0 + r) * kvw + (size_t)kh * HD;
             float *vd = A.vc + (size_t)s * A.cstride + (size_t)(p0 + r) * kvw + (size_t)kh * HD;
             for (int d = lane; d < HD; d += 32) {
-                kd[d] = Ks[(size_t)(p0 + r) * (HD + 1) + d];
+                kd[d] = Ks[(size_t)(p0 + r) * KS + d];
                 vd[d] = Vs[(size_t)(p0 + r) * HD + d];
             }
         }
     const float scale = sqrtf((float)HD);
     for (int q = warp; q < G * P; q += 4) {
         const int g = q / P, i = q % P, h = kh * G + g, nk = p0 + i + 1;
-        const float *sq = Qs + (size_t)q * HD;
+        const float4 *sq = (const float4 *)(Qs + (size_t)q * HD);
         float sc[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int j = lane + 32 * r;
-            if (j < nk) {
-                const float *kr = Ks + (size_t)j * (HD + 1);
+            if (j < nk) { /* lane j's sequential dot over key row j, from 16-byte reads (rows of KS: no conflict) */
+                const float4 *kr = (const float4 *)(Ks + (size_t)j * KS);
                 float d = 0.0f;
-#pragma unroll 8
-                for (int e = 0; e < HD; e++) d = d + sq[e] * kr[e];
+#pragma unroll 4
+                for (int c = 0; c < C; c++) {
+                    const float4 k = kr[c], x = sq[c];
+                    d = d + x.x * k.x;
+                    d = d + x.y * k.y;
+                    d = d + x.z * k.z;
+                    d = d + x.w * k.w;
+                }
                 sc[r] = d / scale;
             }
         }
@@ -822,7 +826,7 @@ static size_t tp_attend_smem(const cu_attend *A) { return (size_t)8 * cu_attend_
 static int tp_attend_ok(const cu_attend *A) { return tp_attend_smem(A) <= 48 * 1024; }
 static size_t tp_attend2_smem(const cu_attend *A) {
     const size_t nk = (size_t)A->p0 + A->P;
-    return (((nk * (A->HD + 1) + 3) & ~(size_t)3) + nk * A->HD + (size_t)(A->H / A->KVH) * A->P * A->HD) * 4;
+    return (nk * (A->HD + 4) + nk * A->HD + (size_t)(A->H / A->KVH) * A->P * A->HD) * 4;
 }
 static int tp_attend2_ok(const cu_attend *A) { return A->HD % 4 == 0 && tp_attend2_smem(A) <= 48 * 1024; }
 static size_t tp_attend3_smem(const cu_attend *A) { /* a warp's: two buffers of keys, values, queries and raw
