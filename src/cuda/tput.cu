@@ -504,6 +504,20 @@ __global__ void __launch_bounds__(256) tp_attend(const cu_attend A, int n) {
     cu_attend_fast(A, s, i, h, tp_ws + (size_t)warp * cu_attend_fast_floats(&A), lane);
 }
 
+/* the score's dot: q . k over C 16-byte pieces, one sequential sum (e = 0 .. 4 C - 1), as the frame kernel's */
+__device__ __forceinline__ float tp_key_dot(const float4 *kr, const float4 *sq, int C) {
+    float d = 0.0f;
+#pragma unroll 4
+    for (int c = 0; c < C; c++) {
+        const float4 k = kr[c], x = sq[c];
+        d = d + x.x * k.x;
+        d = d + x.y * k.y;
+        d = d + x.z * k.z;
+        d = d + x.w * k.w;
+    }
+    return d;
+}
+
 /* oa, ob += the weighted sum of value rows 0 .. nk - 1 (shared memory, HD floats a row) at dims da and db (zero past
  * HD), in key order; key j's weight is lane j's w0 (j < 32) or lane j - 32's w1. The loads of 8 keys (weights by
  * shuffle, values) are issued before their adds: a round trip a block of 8 keys, not one a key. */
@@ -637,19 +651,7 @@ __global__ void __launch_bounds__(128, 4) tp_attend3(const cu_attend A, int n, u
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int j = lane + 32 * r;
-                if (j < nq) {
-                    const float4 *kr = (const float4 *)(KV + (size_t)j * KS);
-                    float d = 0.0f;
-#pragma unroll 4
-                    for (int c = 0; c < C; c++) {
-                        const float4 k = kr[c], x = sq[c];
-                        d = d + x.x * k.x;
-                        d = d + x.y * k.y;
-                        d = d + x.z * k.z;
-                        d = d + x.w * k.w;
-                    }
-                    sc[r] = d / scale;
-                }
+                if (j < nq) sc[r] = tp_key_dot((const float4 *)(KV + (size_t)j * KS), sq, C) / scale;
             }
             float m = fmaxf(sc[0], sc[1]);
             for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
@@ -736,19 +738,8 @@ __global__ void __launch_bounds__(128) tp_attend2(const cu_attend A, int n, uint
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int j = lane + 32 * r;
-            if (j < nk) { /* lane j's sequential dot over key row j, from 16-byte reads (rows of KS: no conflict) */
-                const float4 *kr = (const float4 *)(Ks + (size_t)j * KS);
-                float d = 0.0f;
-#pragma unroll 4
-                for (int c = 0; c < C; c++) {
-                    const float4 k = kr[c], x = sq[c];
-                    d = d + x.x * k.x;
-                    d = d + x.y * k.y;
-                    d = d + x.z * k.z;
-                    d = d + x.w * k.w;
-                }
-                sc[r] = d / scale;
-            }
+            if (j < nk) /* lane j's key row (rows of KS floats: 16-byte reads without conflicts) */
+                sc[r] = tp_key_dot((const float4 *)(Ks + (size_t)j * KS), sq, C) / scale;
         }
         float m = fmaxf(sc[0], sc[1]);
         for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
