@@ -2,6 +2,8 @@
 """What the vendor's matrix products alone cost for one depth-decoder frame (issue 14's bars, a practical bound).
 
     python3 dev/cuda/gemm_bound.py MODEL.safetensors --name gpt --batch 64 256 512 --json OUT.json [--device cpu]
+    ncu --kernel-name regex:"gemm|nvjet|xmma" --launch-skip 1 --launch-count 1 \
+        python3 dev/cuda/gemm_bound.py - --name x --json - --shape 512,1024,3072
 
 MODEL is `depthdec export --synthetic gpt|csm --weights bf16` (the file scripts/bench_torch.py reads). For each batch B
 the frame's linears, in the order `depthdec bench` runs them (c0 given: in_proj once, pass 1 with two positions a
@@ -100,8 +102,17 @@ def main():
     ap.add_argument("--f32-out", action="store_true")
     ap.add_argument("--json", required=True)
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: the script's own check, small")
+    ap.add_argument("--shape", help="ROWS,K,N: only that product, 3 times, no graph (for ncu: which kernel and tile)")
     a = ap.parse_args()
     import torch
+    if a.shape:
+        rows, K, N = (int(v) for v in a.shape.split(","))
+        x = torch.randn(rows, K, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16).t()
+        for _ in range(3):
+            torch.matmul(x, w)
+        torch.cuda.synchronize()
+        return 0
     from safetensors import safe_open
     dev = a.device
     with safe_open(a.model, framework="pt", device="cpu") as f:
