@@ -815,6 +815,11 @@ struct tp_exec {
 
 static size_t tp_attend_smem(const cu_attend *A) { return (size_t)8 * cu_attend_fast_floats(A) * 4; }
 static int tp_attend_ok(const cu_attend *A) { return tp_attend_smem(A) <= 48 * 1024; }
+/* tp_attend2 / tp_attend3 (their HDC instances: 64, 128, 0 for any other head width) */
+typedef void (*tp_att_fn)(cu_attend, int, uint16_t *, uint16_t *, float *, int);
+static tp_att_fn tp_att_pick(int HD, tp_att_fn k64, tp_att_fn k128, tp_att_fn k0) {
+    return HD == 64 ? k64 : HD == 128 ? k128 : k0;
+}
 static size_t tp_attend2_smem(const cu_attend *A) {
     const size_t nk = (size_t)A->p0 + A->P;
     return (nk * (A->HD + 4) + nk * A->HD + (size_t)(A->H / A->KVH) * A->P * A->HD) * 4;
@@ -957,8 +962,7 @@ dd_status tp_create(tp_exec **out, cu_state *st, int max_tokens, dd_error *err) 
                "throughput executor shared memory");
     CU_TRY(cudaFuncSetAttribute(tp_sample, cudaFuncAttributeMaxDynamicSharedMemorySize, CU_ACT_BYTES), err,
            "throughput executor shared memory");
-    void (*const att3[])(cu_attend, int, uint16_t *, uint16_t *, float *, int) = {tp_attend3<64>, tp_attend3<128>,
-                                                                                tp_attend3<0>};
+    const tp_att_fn att3[] = {tp_attend3<64>, tp_attend3<128>, tp_attend3<0>};
     for (auto f : att3)
         CU_TRY(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, TP_ATT3_SMEM), err,
                "throughput executor shared memory");
@@ -1035,9 +1039,7 @@ static dd_status tp_enqueue(tp_exec *x, int v, int n, float temp, int topk, cuda
         if (o->type == CU_OP_ATTEND && tp_attend3_ok(&o->att)) {
             const size_t ws = tp_attend3_smem(&o->att); /* a warp's; warps a block within 48 KB (or one), 4 at most */
             const int W = ws * 4 <= 48 * 1024 ? 4 : ws * 2 <= 48 * 1024 ? 2 : 1, items = n * o->att.KVH;
-            void (*k)(cu_attend, int, uint16_t *, uint16_t *, float *, int) = o->att.HD == 64    ? tp_attend3<64>
-                                                                              : o->att.HD == 128 ? tp_attend3<128>
-                                                                                                 : tp_attend3<0>;
+            const tp_att_fn k = tp_att_pick(o->att.HD, tp_attend3<64>, tp_attend3<128>, tp_attend3<0>);
             /* as many blocks as are co-resident (each warp loops over items, the next item's copies in flight
              * while it works on one), at most one a W items */
             int per = 0, blocks = (items + W - 1) / W;
@@ -1051,9 +1053,7 @@ static dd_status tp_enqueue(tp_exec *x, int v, int n, float temp, int topk, cuda
             continue;
         }
         if (o->type == CU_OP_ATTEND && tp_attend2_ok(&o->att)) { /* GQA: a block a (stream, kv head) */
-            void (*k)(cu_attend, int, uint16_t *, uint16_t *, float *, int) = o->att.HD == 64    ? tp_attend2<64>
-                                                                              : o->att.HD == 128 ? tp_attend2<128>
-                                                                                                 : tp_attend2<0>;
+            const tp_att_fn k = tp_att_pick(o->att.HD, tp_attend2<64>, tp_attend2<128>, tp_attend2<0>);
             CU_TRY(tp_launch(k, dim3(n * o->att.KVH), dim3(128), tp_attend2_smem(&o->att), stream, o->att, n, hn, ln,
                              an, x->ta),
                    err, "throughput executor launch");
