@@ -571,7 +571,8 @@ __device__ __forceinline__ void lt_stage(int opi, int K, int group, int qint, in
     }
     /* QINT: a warp a (row, group) normalises and packs the group's columns (lane k, k + 32, ...) and adds their
      * values as cu_group_sum does (no barrier between the two); the window's columns past its groups (past K) as
-     * below */
+     * below. Spelled out rolled: through cu_group_sum (its loop unrolls) lat.cu's kernels grow by ~3,600
+     * instructions (nvdisasm, sm_90, 2026-12-06), and this code runs cold at every step */
     const int ng = qint ? (min(kb + nc, K) - kb) / group : 0;
 #pragma unroll 1
     for (int it = warp; it < T * ng; it += LT_NW) {
