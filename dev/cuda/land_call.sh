@@ -10,6 +10,10 @@
 #   PART=prof:  where tp_attend3's and tp_linear's time goes at GPT bf16 B256 (ncu sections of four launches each,
 #               one exec_ab frame: throughput, occupancy, warp states, memory, stall sources; the whole reports in
 #               work.tgz); PROF_SPEC="gpt q8 256" and PROF_KERNELS="tp_linear:20" pick another frame and kernels
+#   PART=attpass: ncu metrics (duration, DRAM throughput, achieved occupancy, grid) of every launch of the attention
+#               kernels in one frame: tp_attend3 at GPT bf16 B256, tp_attend2 at CSM bf16 B256 (per pass and layer)
+#   PART=attsrc: ncu source counters (SASS lines with their stall samples) of tp_attend3 at GPT bf16 B256, an early
+#               pass's launch (pass 2) and a late one's (pass 29): $R/attsrc_*.csv, the top lines in the summary
 #   PART=icache: dev/cuda/derisk/icache.cu (instruction-cache sizes and the cost of cold code, ~20 s with its build);
 #               put it first: PART="icache check speed"
 #   PART=linchain: dev/cuda/derisk/linchain.cu, layerchain.cu and chain.cu (the lean linear step's chain and the
@@ -67,6 +71,33 @@ if [[ $PART == *prof* ]]; then
         fits 150 "ncu $k" || continue
         cu_ncu_sections prof_$k $B/exec_ab $k $skip 4 "${PROF_SPEC:-gpt bf16 256}" SpeedOfLight Occupancy \
             WarpStateStats MemoryWorkloadAnalysis LaunchStats SourceCounters
+    done
+fi
+if [[ $PART == *attpass* ]]; then
+    dev_prog exec_ab
+    for ks in "tp_attend3:gpt bf16 256" "tp_attend2:csm bf16 256"; do
+        k=${ks%%:*} spec=${ks#*:}
+        fits 120 "ncu $k by launch" || continue
+        EXEC_AB_WARM=0 EXEC_AB_NOFRAME=1 EXEC_AB_NOLAT=1 timeout 150 ncu --csv --kernel-name regex:$k --metrics \
+            gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size,launch__block_size \
+            $B/exec_ab ${spec% *} 1 ${spec##* } >"$R/attpass_$k.csv" 2>"$R/attpass_$k.err"
+        log "ncu $k by launch rc $? ($(el))"
+        python3 dev/cuda/ncu_by_launch.py "$R/attpass_$k.csv" 4 | tee -a "$S"
+    done
+fi
+if [[ $PART == *attsrc* ]]; then
+    dev_prog exec_ab
+    for skip in 8 116; do
+        fits 90 "ncu tp_attend3 source $skip" || continue
+        EXEC_AB_WARM=0 EXEC_AB_NOFRAME=1 EXEC_AB_NOLAT=1 timeout 120 ncu -f -o "$R/attsrc_$skip" --kernel-name \
+            regex:tp_attend3 --launch-skip $skip --launch-count 1 --section WarpStateStats --section SourceCounters \
+            --import-source yes $B/exec_ab gpt bf16 1 256 >"$R/attsrc_$skip.log" 2>&1
+        log "ncu tp_attend3 source (skip $skip) rc $? ($(el))"
+        ncu -i "$R/attsrc_$skip.ncu-rep" --page details >"$R/attsrc_$skip.txt" 2>&1
+        grep -E "Duration|Warp Cycles|Stall|Issued" "$R/attsrc_$skip.txt" | head -30 | tee -a "$S"
+        ncu -i "$R/attsrc_$skip.ncu-rep" --page source --csv --print-source sass >"$R/attsrc_$skip.csv" 2>"$R/attsrc_$skip.err"
+        log "source page rc $? ($(wc -l <"$R/attsrc_$skip.csv") lines)"
+        python3 dev/cuda/ncu_src_top.py "$R/attsrc_$skip.csv" 40 2>&1 | tee -a "$S"
     done
 fi
 (cd "$OUT" && tar czf work.tgz work && rm -rf work)

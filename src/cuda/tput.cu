@@ -23,10 +23,10 @@
  * same statistics, split and attention arithmetic in the same order, and a wgmma chain over the same k order gives the
  * mma.sync chain's bits (dev/cuda/derisk/wgmma_bits.cu, tput_linear.cu: 64 shapes x T bit-identical on the H200).
  *
- * Tile: CTA = 128 weight rows (8 m-tiles) x BN tokens (BN 128 or 64), 384 threads: warpgroups 0 and 1 consume
- * (64 rows each; warp q of warpgroup w owns m-tile 4 w + q, whose m16n8k16 A fragment is wgmma's register-A
- * fragment of those 16 rows), warpgroup 2 produces (one thread issues every copy). A pipeline stage is half a
- * chunk (64 k columns): the hi and lo boxes {64, BN} and the 8 m-tiles x 4 k-tiles of weights (16 KB); 4 stages.
+ * Tile: CTA = 128 weight rows (8 m-tiles) x BN tokens (BN 128 or 64; 32 at T <= 32), 384 threads: warpgroups 0 and 1
+ * consume (64 rows each; warp q of warpgroup w owns m-tile 4 w + q, whose m16n8k16 A fragment is wgmma's register-A
+ * fragment of those 16 rows), warpgroup 2 produces (one thread issues every copy). A pipeline stage is half a chunk (64
+ * k columns): the hi and lo boxes {64, BN} and the 8 m-tiles x 4 k-tiles of weights (16 KB); 4 stages.
  * Every wait ends at the decoder's timeout (DD_CUDA_TIMEOUT_S) and flags CU_ERR_TIMEOUT instead of hanging.
  *
  * Requires sm_90a (wgmma, bulk tensor copies): this file is compiled for it (Makefile); on other targets the
@@ -168,6 +168,16 @@ __device__ __forceinline__ void tp_wgmma(float (&d)[32], const uint32_t (&a)[4],
                  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
                  "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}"
                  : TP_A16(0), TP_A16(16)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db)
+                 : "memory");
+}
+/* the same with 32 tokens (m64n32k16) */
+__device__ __forceinline__ void tp_wgmma(float (&d)[16], const uint32_t (&a)[4], u64 db) {
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+                 "}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}"
+                 : TP_A16(0)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db)
                  : "memory");
 }
@@ -868,7 +878,7 @@ static void tp_shape(const tp_exec *x, int Nr, int K, int T, int bn_max, int *bn
     const int NC = K / (16 * CU_CKT);
     double best = 1e30;
     *bn_out = bn_max, *s_out = 1;
-    for (int bn = 64; bn <= bn_max; bn *= 2)
+    for (int bn = T <= 32 ? 32 : 64; bn <= bn_max; bn *= 2) /* 32 where a 64-token tile is mostly padding */
         for (int S = 1; S <= NC && S <= 16; S *= 2) {
             if (NC % S) continue;
             const size_t np = (size_t)NC - NC / S + 1, pb = np * T * Nr * 4;
@@ -897,7 +907,7 @@ static cudaError_t tp_launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem
 static dd_status tp_run_linear(tp_exec *x, const cu_linear *L, int T, int split_done, int split_next,
                                int sums_next, cudaStream_t stream, dd_error *err) {
     const int K = L->w.K, Nr = L->w.MT * 16, NC = K / (16 * CU_CKT);
-    const int qi = L->w.wm == WM_QINT; /* QINT: 64 tokens a tile (with 128 its three accumulator sets spill) */
+    const int qi = L->w.wm == WM_QINT; /* QINT: 64 (or 32) tokens a tile (with 128 its three accumulator sets spill) */
     int bn, S;
     tp_shape(x, Nr, K, T, qi ? 64 : 128, &bn, &S);
     CUtensorMap mh, ml;
@@ -910,9 +920,10 @@ static dd_status tp_run_linear(tp_exec *x, const cu_linear *L, int T, int split_
     float *out = S == 1 ? x->sums : x->part;
     tp_args a = {out, L->w.frag, Nr, K, T, S, L->w, x->asum, x->ta, x->st->sc.err, x->st->sc.timeout_ns};
     const int tiles = ((Nr + TP_BM - 1) / TP_BM) * ((T + bn - 1) / bn) * S;
-    void (*k)(CUtensorMap, CUtensorMap, tp_args) = !qi ? (bn == 128 ? tp_linear<128, DD_BF16> : tp_linear<64, DD_BF16>)
-                                                   : L->w.type == DD_Q8 ? tp_linear<64, DD_Q8>
-                                                                        : tp_linear<64, DD_Q4>;
+    void (*k)(CUtensorMap, CUtensorMap, tp_args) =
+        !qi ? (bn == 128 ? tp_linear<128, DD_BF16> : bn == 64 ? tp_linear<64, DD_BF16> : tp_linear<32, DD_BF16>)
+        : L->w.type == DD_Q8 ? (bn == 64 ? tp_linear<64, DD_Q8> : tp_linear<32, DD_Q8>)
+                             : (bn == 64 ? tp_linear<64, DD_Q4> : tp_linear<32, DD_Q4>);
     CU_TRY(tp_launch(k, dim3(tiles), dim3(TP_THREADS), TP_SMEM, stream, mh, ml, a), err, "throughput executor launch");
     const int np = S == 1 ? 1 : NC - NC / S + 1;
     uint16_t *hn = split_next ? (uint16_t *)x->hi : NULL, *ln = split_next ? (uint16_t *)x->lo : NULL;
@@ -956,7 +967,9 @@ dd_status tp_create(tp_exec **out, cu_state *st, int max_tokens, dd_error *err) 
     }
     if (!ok) return DD_OK;
     void (*const lin[])(CUtensorMap, CUtensorMap, tp_args) = {tp_linear<128, DD_BF16>, tp_linear<64, DD_BF16>,
-                                                              tp_linear<64, DD_Q8>, tp_linear<64, DD_Q4>};
+                                                              tp_linear<64, DD_Q8>,    tp_linear<64, DD_Q4>,
+                                                              tp_linear<32, DD_BF16>,  tp_linear<32, DD_Q8>,
+                                                              tp_linear<32, DD_Q4>};
     for (auto f : lin)
         CU_TRY(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, TP_SMEM), err,
                "throughput executor shared memory");
