@@ -24,7 +24,8 @@ def main():
     if not rows:
         print("no rows")
         return
-    h = rows[0]
+    hi = next((i for i, r in enumerate(rows) if "Address" in r and "Source" in r), 0)  # after a "Kernel Name" row
+    h, rows = rows[hi], rows[hi:]
     samp = next((i for i, c in enumerate(h) if c.startswith("Warp Stall Sampling (All")), None)
     src = next((i for i, c in enumerate(h) if c == "Source"), None)
     adr = next((i for i, c in enumerate(h) if c == "Address"), None)
@@ -32,7 +33,7 @@ def main():
         print("columns:", h)
         return
     reasons = [i for i, c in enumerate(h) if i != samp and (c.startswith("stall_") or "Stall" in c) and
-               not c.startswith("Warp Stall Sampling")]
+               not c.startswith("Warp Stall Sampling") and "Not Issued" not in c]
     body = [r for r in rows[1:] if len(r) == len(h) and num(r[samp]) is not None]
     tot = sum(num(r[samp]) for r in body) or 1.0
     print(f"{len(body)} SASS lines, {tot:.0f} stall samples")

@@ -569,11 +569,11 @@ __device__ __forceinline__ void tp_att_gsum(float *asum, int ta, size_t c, size_
 }
 
 /* One attention op for many streams, one warp a (stream, kv head) at a time (up to 4 warps a block, each on its own,
- * no block barrier; a grid of the co-resident blocks, each warp looping over items with two buffers). Everything an
- * item reads is copied into its buffer with 16-byte cp.async as one group, issued while the item before it is
- * computed: the group's earlier keys and values from the cache and this pass's q / k / v rows of the group (the op
- * reads ~8 KB a position a stream at GPT dims, so it is bound by the cache's bytes and their round trips, not by the
- * warp's arithmetic; no load waits inside an item). Then, from shared memory, this pass's keys (rotated), values and
+ * no block barrier; a grid of the co-resident blocks, each warp looping over items with two buffers of keys and one
+ * of values). An item's earlier keys from the cache and this pass's q / k / v rows of the group are copied with
+ * 16-byte cp.async as one group, issued while the item before it is computed; its earlier values as a group of
+ * their own at the item's start, landing while its keys are rotated and scored (one values buffer: more warps an SM
+ * at the late passes, where shared memory bounds them). Then, from shared memory, this pass's keys (rotated), values and
  * the G P rotated queries (G P <= 2), with the functions cu_attend_fast uses; the append (the values
  * cu_attend_fast writes); every query's scores, softmax and value sums. The arithmetic is cu_attend_fast's in its
  * order: lane j takes keys j and j + 32 (a sequential float32 dot over HD from 16-byte reads of its key row; rows
@@ -593,20 +593,20 @@ __global__ void __launch_bounds__(128, 4) tp_attend3(const cu_attend A, int n, u
     const int W = blockDim.x >> 5, items = n * A.KVH, GW = gridDim.x * W;
     int item = blockIdx.x * W + warp; /* (stream, kv head): a warp each, items item, item + GW, ...; no block barrier */
     if (item >= items) return;
-    /* a warp's shared memory: two buffers (this item's, the next one's arriving), each the keys (nk rows of KS
-     * floats), the values (nk rows of HD), the queries (G P rows) and this pass's raw rows (P rows of the group's G
-     * q heads, its k head, its v head); G P <= 2: tp_attend3_ok */
     const int RW = (G + 2) * HD; /* floats of a raw row */
-    const size_t wsz = (size_t)nk * (KS + HD) + (size_t)G * P * HD + (size_t)P * RW;
-    float *const buf0 = tp_kv + (size_t)warp * 2 * wsz;
-    auto fetch = [&](int it, float *KV) { /* item it's earlier keys and values, this pass's rows: one group */
+    /* a warp's shared memory: two buffers (this item's, the next one's arriving), each the keys (nk rows of KS
+     * floats), the queries (G P rows) and this pass's raw rows (P rows of the group's G q heads, its k head, its v
+     * head); then one buffer of values (nk rows of HD), copied at the item's start and landing while its keys are
+     * rotated and scored; G P <= 2: tp_attend3_ok */
+    const size_t wsz = (size_t)nk * KS + (size_t)G * P * HD + (size_t)P * RW;
+    float *const buf0 = tp_kv + (size_t)warp * (2 * wsz + (size_t)nk * HD), *const Vs = buf0 + 2 * wsz;
+    auto fetch = [&](int it, float *KV) { /* item it's earlier keys, this pass's rows: one group */
         const int s = it / A.KVH, kh = it % A.KVH;
         const size_t co = (size_t)s * A.cstride + (size_t)kh * HD;
-        float *Vs = KV + (size_t)nk * KS, *Rs = Vs + (size_t)nk * HD + (size_t)G * P * HD;
+        float *Rs = KV + (size_t)nk * KS + (size_t)G * P * HD;
         for (int idx = lane; idx < p0 * C; idx += 32) {
             const int j = idx / C, c = 4 * (idx % C);
             cu_cp_async16(KV + (size_t)j * KS + c, A.kc + co + (size_t)j * kvw + c);
-            cu_cp_async16(Vs + (size_t)j * HD + c, A.vc + co + (size_t)j * kvw + c);
         }
         const float *tok0 = A.qkv + (size_t)s * P * qw;
         for (int idx = lane; idx < P * (G + 2) * C; idx += 32) { /* 16-byte pieces of the raw rows */
@@ -616,19 +616,28 @@ __global__ void __launch_bounds__(128, 4) tp_attend3(const cu_attend A, int n, u
         }
         cu_cp_commit();
     };
+    auto fetch_v = [&](int it) { /* item it's earlier values: a group of their own */
+        const size_t co = (size_t)(it / A.KVH) * A.cstride + (size_t)(it % A.KVH) * HD;
+        for (int idx = lane; idx < p0 * C; idx += 32) {
+            const int j = idx / C, c = 4 * (idx % C);
+            cu_cp_async16(Vs + (size_t)j * HD + c, A.vc + co + (size_t)j * kvw + c);
+        }
+        cu_cp_commit();
+    };
     fetch(item, buf0);
     for (int b = 0; item < items; item += GW, b ^= 1) {
-        float *KV = buf0 + (size_t)b * wsz, *Vs = KV + (size_t)nk * KS, *Qs = Vs + (size_t)nk * HD,
-              *Rs = Qs + (size_t)G * P * HD;
+        float *KV = buf0 + (size_t)b * wsz, *Qs = KV + (size_t)nk * KS, *Rs = Qs + (size_t)G * P * HD;
         const int s = item / A.KVH, kh = item % A.KVH;
-        /* the next item's copies into the other buffer (its last reads, the previous item's, are done: the
-         * __syncwarp at the loop's end) while this item is computed */
+        /* this item's values (the previous item's value reads are done: the __syncwarp at the loop's end), then
+         * the next item's keys into the other buffer, while this item is computed; groups in flight: this item's
+         * keys, its values, the next item's keys */
         const int more = item + GW < items;
+        fetch_v(item);
         if (more) {
             fetch(item + GW, buf0 + (size_t)(b ^ 1) * wsz);
-            cu_cp_wait<1>();
+            cu_cp_wait<2>();
         } else {
-            cu_cp_wait<0>();
+            cu_cp_wait<1>();
         }
         __syncwarp();
         for (int r = 0; r < P; r++) { /* this pass's keys (rotated) and values */
@@ -672,6 +681,11 @@ __global__ void __launch_bounds__(128, 4) tp_attend3(const cu_attend A, int n, u
             cu_pin(w0, w1);
             w[q][0] = w0, w[q][1] = w1;
         }
+        if (more) /* this item's values */
+            cu_cp_wait<1>();
+        else
+            cu_cp_wait<0>();
+        __syncwarp();
 #pragma unroll
         for (int q = 0; q < 2; q++) {
             if (q >= G * P) continue;
@@ -835,10 +849,10 @@ static size_t tp_attend2_smem(const cu_attend *A) {
     return (nk * (A->HD + 4) + nk * A->HD + (size_t)(A->H / A->KVH) * A->P * A->HD) * 4;
 }
 static int tp_attend2_ok(const cu_attend *A) { return A->HD % 4 == 0 && tp_attend2_smem(A) <= 48 * 1024; }
-static size_t tp_attend3_smem(const cu_attend *A) { /* a warp's: two buffers of keys, values, queries and raw
-                                                        * rows (tp_attend3's wsz) */
+static size_t tp_attend3_smem(const cu_attend *A) { /* a warp's: two buffers of keys, queries and raw rows
+                                                        * (tp_attend3's wsz), one of values */
     const size_t nk = (size_t)A->p0 + A->P, G = A->H / A->KVH;
-    return 2 * (nk * (2 * A->HD + 4) + G * A->P * A->HD + (size_t)A->P * (G + 2) * A->HD) * 4;
+    return (2 * (nk * (A->HD + 4) + G * A->P * A->HD + (size_t)A->P * (G + 2) * A->HD) + nk * A->HD) * 4;
 }
 /* 1 when tp_attend3 suits op A: one query a (stream, kv head) group (no GQA: with G q heads a warp would attend
  * them one after the other, slower than tp_attend's warp a query at CSM dims, measured) */
