@@ -569,18 +569,18 @@ __device__ __forceinline__ void tp_att_gsum(float *asum, int ta, size_t c, size_
 }
 
 /* One attention op for many streams, one warp a (stream, kv head) at a time (up to 4 warps a block, each on its own,
- * no block barrier; a grid of the co-resident blocks, each warp looping over items with two buffers of keys and one
- * of values). An item's earlier keys from the cache and this pass's q / k / v rows of the group are copied with
- * 16-byte cp.async as one group, issued while the item before it is computed; its earlier values as a group of
- * their own at the item's start, landing while its keys are rotated and scored (one values buffer: more warps an SM
- * at the late passes, where shared memory bounds them). Then, from shared memory, this pass's keys (rotated), values and
- * the G P rotated queries (G P <= 2), with the functions cu_attend_fast uses; the append (the values
- * cu_attend_fast writes); every query's scores, softmax and value sums. The arithmetic is cu_attend_fast's in its
- * order: lane j takes keys j and j + 32 (a sequential float32 dot over HD from 16-byte reads of its key row; rows
- * padded to HD + 4 floats, so the 8 lanes of a quarter warp read distinct banks), max and sum over the same xor
- * trees, lanes over dims d0 + lane and d0 + 32 + lane for the weighted sum in key order. With hi/lo set, the output
- * rows are also split into two bf16 terms (the next linear reads them without a norm: tp_split's values). HD % 4 ==
- * 0, 16-byte aligned cache and qkv rows; dynamic shared memory tp_attend3_smem. */
+ * no block barrier; a grid of the co-resident blocks, each warp looping over items with two buffers of keys and one of
+ * values). An item's earlier keys from the cache and this pass's q / k / v rows of the group are copied with 16-byte
+ * cp.async as one group, issued while the item before it is computed; its earlier values as a group of their own at
+ * the item's start, landing while its keys are rotated and scored (one values buffer: more warps an SM at the late
+ * passes, where shared memory bounds them). Then, from shared memory, this pass's keys (rotated), values and the G P
+ * rotated queries (G P <= 2), with the functions cu_attend_fast uses; the append (the values cu_attend_fast writes);
+ * every query's scores, softmax and value sums. The arithmetic is cu_attend_fast's in its order: lane j takes keys j
+ * and j + 32 (a sequential float32 dot over HD from 16-byte reads of its key row; rows padded to HD + 4 floats, so the
+ * 8 lanes of a quarter warp read distinct banks), max and sum over the same xor trees, lanes over dims d0 + lane and
+ * d0 + 32 + lane for the weighted sum in key order. With hi/lo set, the output rows are also split into two bf16 terms
+ * (the next linear reads them without a norm: tp_split's values). HD % 4 == 0, 16-byte aligned cache and qkv rows;
+ * dynamic shared memory tp_attend3_smem. */
 template <int HDC> /* HDC: the head width as a constant (its address and loop arithmetic folded), 0: A.HD */
 __global__ void __launch_bounds__(128, 4) tp_attend3(const cu_attend A, int n, uint16_t *hi, uint16_t *lo,
                                                      float *asum, int ta) {
