@@ -8,7 +8,7 @@ import collections
 import csv
 import sys
 
-SCALE = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "ns": 1e-3, "us": 1.0, "ms": 1e3}  # -> us
+from ncu_by_kernel import SCALE  # ncu's duration units -> us
 
 
 def main():
