@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# A throughput A/B from binaries built here, for a device call with little time left (no nvcc on the device):
+#   here:   PRE_SIDE="dev/cuda/a.patch,dev/cuda/b.patch" bash dev/cuda/prebuilt_ab.sh prebuild
+#           (build-ab/pre0: exec_ab of the tree as it is; build-ab/pre1: exec_ab and test_cuda of a patched copy;
+#           debug info stripped, ~16 MB together)
+#   device: OUT=$OUT bash dev/cuda/prebuilt_ab.sh run   (carry build-ab/pre0, build-ab/pre1, .debs)
+# run: the side's test_tput quick first (not timed if it fails), then exec_ab (throughput executor only) base and
+# side alternating, PRE_ROUNDS rounds (default 3) of each PRE_SPECS spec ("model weights frames batch|...", default
+# GPT bf16 B256 and CSM bf16 B256); a line a run in $OUT/exec_ab.jsonl, medians of the rounds in $OUT/summary.txt.
+set -u -o pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+case ${1:-} in
+prebuild)
+    C=/tmp/prebuilt_side
+    rm -rf "$C" && mkdir -p "$C" build-ab/pre0 build-ab/pre1
+    tar cf - --exclude=./.git --exclude=./.raysite --exclude=./build-ab . | (cd "$C" && tar xf -)
+    for p in ${PRE_SIDE//,/ }; do (cd "$C" && patch -p1 --forward --quiet <"$OLDPWD/$p") || exit 1; done
+    for d in . "$C"; do
+        (cd "$d" && make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda -j2 tests >/dev/null &&
+            cc -O2 -Iinclude dev/cuda/exec_ab.c build-cuda/libdepthdec.a -L/usr/local/cuda/lib64 -lcudart -lstdc++ \
+                -ljansson -lm -lpthread -o build-cuda/exec_ab) || exit 1
+    done
+    cp build-cuda/exec_ab build-ab/pre0/ && cp "$C/build-cuda/exec_ab" "$C/build-cuda/test_cuda" build-ab/pre1/
+    strip --strip-debug build-ab/pre0/* build-ab/pre1/*
+    echo "$PRE_SIDE" >build-ab/pre1/SIDE
+    du -sh build-ab/pre0 build-ab/pre1
+    ;;
+run)
+    OUT=${OUT:-/tmp/prebuilt_ab}
+    mkdir -p "$OUT"
+    export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} DD_CUDA_TIMEOUT_S=5
+    for f in .debs/*.deb; do dpkg -x "$f" /; done
+    ldconfig
+    S=$OUT/summary.txt
+    log() { echo "$@" | tee -a "$S"; }
+    log "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader)"
+    log "side: $(cat build-ab/pre1/SIDE)"
+    DD_TEST_QUICK=1 DD_TEST_ONLY=test_tput timeout 100 build-ab/pre1/test_cuda >"$OUT/side_test_tput.log" 2>&1
+    log "side test_tput quick rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/side_test_tput.log" | tr '\n' ' ')"
+    grep -q '^\[  PASSED  \] 1 test' "$OUT/side_test_tput.log" || exit 1
+    : >"$OUT/exec_ab.jsonl"
+    IFS='|' read -r -a specs <<<"${PRE_SPECS:-gpt bf16 10 256|csm bf16 6 256}"
+    for spec in "${specs[@]}"; do
+        read -r m w fr b <<<"$spec"
+        for r in $(seq "${PRE_ROUNDS:-3}"); do
+            for s in 0 1; do
+                EXEC_AB_NOLAT=1 EXEC_AB_NOFRAME=1 timeout 60 build-ab/pre$s/exec_ab "$m" "$w" "$fr" "$b" 2>/dev/null |
+                    tail -1 | sed "s/^{/{\"side\": $s, \"spec\": \"$spec\", /" >>"$OUT/exec_ab.jsonl"
+            done
+        done
+    done
+    python3 - "$OUT/exec_ab.jsonl" <<'EOF' | tee -a "$S"
+import collections, json, statistics, sys
+by = collections.OrderedDict()
+for l in open(sys.argv[1]):
+    if l.strip():
+        r = json.loads(l)
+        by.setdefault(r["spec"], {}).setdefault(r["side"], []).append((r["ms_per_frame"], r.get("codes_hash", "")))
+for spec, s in by.items():
+    m = {k: statistics.median(x for x, _ in v) for k, v in s.items()}
+    h = {x for v in s.values() for _, x in v}
+    print(spec, "base", m.get(0), "side", m.get(1), "ratio", round(m[1] / m[0], 4) if 0 in m and 1 in m else None,
+          "codes agree" if len(h) == 1 else "CODES DIFFER")
+EOF
+    ;;
+*) echo "usage: prebuilt_ab.sh prebuild | run" >&2; exit 2 ;;
+esac
