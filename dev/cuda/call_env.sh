@@ -23,9 +23,14 @@ log "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,clocks.sm
 # the carried objects newer than the copied sources (so they are reused); everything else in build-cuda (a warm
 # machine keeps the last call's library and programs) is older than them, so it is linked again (until 2026-12-06
 # 08:29 UTC every file was touched: a warm machine's stale library passed for the new one)
-find build-cuda/obj build-cuda/cuobj build-cuda/tobj -type f -exec touch {} + 2>/dev/null
-make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda -j16 ${MAKE_TARGET-tests} >"$R/build.log" 2>&1
-log "build rc $? ($(el))"
+# CALL_NOBUILD=1: no build (a call that runs only binaries built here, e.g. tp_sweep.sh with SWEEP_EXE)
+if [ "${CALL_NOBUILD:-0}" = 1 ]; then
+    log "build skipped (CALL_NOBUILD)"
+else
+    find build-cuda/obj build-cuda/cuobj build-cuda/tobj -type f -exec touch {} + 2>/dev/null
+    make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda -j16 ${MAKE_TARGET-tests} >"$R/build.log" 2>&1
+    log "build rc $? ($(el))"
+fi
 B=build-cuda
 
 # depthdec bench of a synthetic model, `cu_bench MODEL WEIGHTS BATCH FRAMES`: its JSON appended to $OUT/bench.jsonl,

@@ -4,26 +4,35 @@
 #           (build-ab/pre0: exec_ab of the tree as it is; build-ab/pre1: exec_ab and test_cuda of a patched copy;
 #           debug info stripped, ~16 MB together)
 #   device: OUT=$OUT bash dev/cuda/prebuilt_ab.sh run   (carry build-ab/pre0, build-ab/pre1, .debs)
+#   here:   bash dev/cuda/prebuilt_ab.sh prebuild-force   (build-ab/pref/exec_ab: the tree with tput_force.patch, for
+#           `CALL_NOBUILD=1 SWEEP_EXE=build-ab/pref/exec_ab ... bash dev/cuda/tp_sweep.sh`; carry build-ab/pref, .debs)
 # run: the side's test_tput quick first (not timed if it fails), then exec_ab (throughput executor only) base and
 # side alternating, PRE_ROUNDS rounds (default 3) of each PRE_SPECS spec ("model weights frames batch|...", default
 # GPT bf16 B256 and CSM bf16 B256); a line a run in $OUT/exec_ab.jsonl, medians of the rounds in $OUT/summary.txt.
 set -u -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+# a patched copy of the tree (patches $2...) built here, its programs $1 (a list) stripped into build-ab/<dir>:
+#   pre_side DIR "PROGRAMS" PATCH...
+pre_side() {
+    local dir=build-ab/$1 progs=$2 C=/tmp/prebuilt_$1 p
+    shift 2
+    rm -rf "$C" "$dir" && mkdir -p "$C" "$dir"
+    tar cf - --exclude=./.git --exclude=./.raysite --exclude=./build-ab . | (cd "$C" && tar xf -)
+    for p in "$@"; do (cd "$C" && patch -p1 --forward --quiet <"$OLDPWD/$p") || return 1; done
+    (cd "$C" && make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda -j2 tests >/dev/null &&
+        cc -O2 -Iinclude dev/cuda/exec_ab.c build-cuda/libdepthdec.a -L/usr/local/cuda/lib64 -lcudart -lstdc++ \
+            -ljansson -lm -lpthread -o build-cuda/exec_ab) || return 1
+    for p in $progs; do cp "$C/build-cuda/$p" "$dir/"; done
+    strip --strip-debug "$dir"/*
+    echo "$*" >"$dir/SIDE"
+    du -sh "$dir"
+}
 case ${1:-} in
 prebuild)
-    C=/tmp/prebuilt_side
-    rm -rf "$C" && mkdir -p "$C" build-ab/pre0 build-ab/pre1
-    tar cf - --exclude=./.git --exclude=./.raysite --exclude=./build-ab . | (cd "$C" && tar xf -)
-    for p in ${PRE_SIDE//,/ }; do (cd "$C" && patch -p1 --forward --quiet <"$OLDPWD/$p") || exit 1; done
-    for d in . "$C"; do
-        (cd "$d" && make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda -j2 tests >/dev/null &&
-            cc -O2 -Iinclude dev/cuda/exec_ab.c build-cuda/libdepthdec.a -L/usr/local/cuda/lib64 -lcudart -lstdc++ \
-                -ljansson -lm -lpthread -o build-cuda/exec_ab) || exit 1
-    done
-    cp build-cuda/exec_ab build-ab/pre0/ && cp "$C/build-cuda/exec_ab" "$C/build-cuda/test_cuda" build-ab/pre1/
-    strip --strip-debug build-ab/pre0/* build-ab/pre1/*
-    echo "$PRE_SIDE" >build-ab/pre1/SIDE
-    du -sh build-ab/pre0 build-ab/pre1
+    pre_side pre0 exec_ab && pre_side pre1 "exec_ab test_cuda" ${PRE_SIDE//,/ } || exit 1
+    ;;
+prebuild-force)
+    pre_side pref exec_ab dev/cuda/tput_force.patch || exit 1
     ;;
 run)
     OUT=${OUT:-/tmp/prebuilt_ab}
@@ -63,5 +72,5 @@ for spec, s in by.items():
           "codes agree" if len(h) == 1 else "CODES DIFFER")
 EOF
     ;;
-*) echo "usage: prebuilt_ab.sh prebuild | run" >&2; exit 2 ;;
+*) echo "usage: prebuilt_ab.sh prebuild | prebuild-force | run" >&2; exit 2 ;;
 esac

@@ -11,8 +11,14 @@
 # line a run: spec, linear, bn, S, ms, codes hash), $OUT/summary.txt (a table a spec: ms a frame by linear and
 # choice, the model's choice first), $OUT/work.tgz.
 CALL=tp_sweep source "$(dirname "$0")/call_env.sh"
-side_build /tmp/tp_force dev/cuda/tput_force.patch || exit 1
-X=/tmp/tp_force/build-cuda/exec_ab
+# SWEEP_EXE: an exec_ab of the tree with tput_force.patch built here (`dev/cuda/prebuilt_ab.sh prebuild-force`:
+# build-ab/pref/exec_ab; with CALL_NOBUILD=1 the call builds nothing)
+if [ -n "${SWEEP_EXE:-}" ]; then
+    X=$SWEEP_EXE
+else
+    side_build /tmp/tp_force dev/cuda/tput_force.patch || exit 1
+    X=/tmp/tp_force/build-cuda/exec_ab
+fi
 FR=${SWEEP_FRAMES:-8}
 : >"$OUT/sweep.jsonl"
 # the linears of a model: name Nr K (tput.cu's rows: MT 16, so the head's 2051 rows are 2064)
