@@ -13,7 +13,8 @@ k: a slab cannot pre-add its own chunk partials) makes the tiles write NC - NC /
 epilogue reads back (split_traffic.py), counted here as L2 traffic both ways (as if they stayed in L2). A linear's
 time is at least max(its L2 bytes / the L2 bandwidth, its waves x one CTA's MMAs at the SM's share of the peak); the
 table takes, per linear, the tile (BM in 64, 128, 256; BN in 32, 64, 128, 256; BM BN <= 128 x 128), split and cluster shape with the
-least of that bound, and sums a frame. Not counted: attention, norms, epilogues' other bytes, sampling, launches or
+least of that bound, and sums a frame; the last column is the same bound at `tp_shape`'s choices (BM 128, no
+multicast; split_traffic.py's mirror of tp_shape). Not counted: attention, norms, epilogues' other bytes, sampling, launches or
 dependency waits, fill and drain (all of which the measured frame pays): a floor, below what any executor reaches.
 Defaults: 132 SMs; L2 8.56 TB/s (the ring probe's best L2-resident re-read rate on the H200, docs/cuda_derisk.txt);
 790 TFLOP/s dense bf16 (floor.py's peak).
@@ -58,7 +59,18 @@ def linear_floor(Nr, K, T, sms, l2, peak, clusters, bms=(64, 128, 256)):
     return best
 
 
-def frame(d, B, sms, l2, peak, clusters):
+def at_shape(Nr, K, T, sms, l2, peak):
+    """the same bound at tp_shape's choice (split_traffic.py's mirror of it): BM 128, no multicast"""
+    from split_traffic import shape
+    BN, S = shape(Nr, K, T, 128, sms)
+    NC, ctas = K // (16 * CKT), math.ceil(Nr / 128) * math.ceil(T / BN) * S
+    part = (NC - NC // S + 1) * T * Nr * 4 * 2 if S > 1 else 0
+    byts = ctas * (128 + 2.0 * BN) * (K // S) * 2 + part
+    return max(byts / l2, math.ceil(ctas / sms) * (2.0 * 2 * 128 * BN * (K // S)) / (peak / sms)), byts, (128, BN, S, 1, 1)
+
+
+def frame(d, B, sms, l2, peak, clusters, lf=None):
+    lf = lf or (lambda Nr, K, T: linear_floor(Nr, K, T, sms, l2, peak, clusters))
     D, F, L, Q = d["D"], d["F"], d["L"], d["Q"]
     Vr = (d["V"] + 15) // 16 * 16
     lins = [("qkv", (d["H"] + 2 * d["KVH"]) * d["HD"], D), ("out", D, d["H"] * d["HD"]),
@@ -66,10 +78,10 @@ def frame(d, B, sms, l2, peak, clusters):
     tot_t = tot_b = 0.0
     for T, n in ((2 * B, 1), (B, Q - 2)):  # pass 1: two positions a stream; passes 2..Q-1: one
         for _, Nr, K in lins:
-            t, b, _ = linear_floor(Nr, K, T, sms, l2, peak, clusters)
+            t, b, _ = lf(Nr, K, T)
             tot_t += n * L * t
             tot_b += n * L * b
-    t, b, _ = linear_floor(Vr, D, B, sms, l2, peak, clusters)  # the head: B rows at each of the Q - 1 levels
+    t, b, _ = lf(Vr, D, B)  # the head: B rows at each of the Q - 1 levels
     return tot_t + (Q - 1) * t, tot_b + (Q - 1) * b
 
 
@@ -86,8 +98,9 @@ def main():
     shapes = [("none", [(1, 1)]), ("2x1 / 1x2", [(1, 1), (2, 1), (1, 2)]),
               ("up to 2x2", [(1, 1), (2, 1), (1, 2), (2, 2)]),
               ("clusters up to 8", [(m, n) for m in (1, 2, 4, 8) for n in (1, 2, 4, 8) if m * n <= 8])]
-    print("| model (bf16) | batch | " + " | ".join("multicast %s: GB / ms" % s for s, _ in shapes) + " |")
-    print("|---|---:|" + "---:|" * len(shapes))
+    print("| model (bf16) | batch | " + " | ".join("multicast %s: GB / ms" % s for s, _ in shapes) +
+          " | tp_shape's choices: GB / ms |")
+    print("|---|---:|" + "---:|" * (len(shapes) + 1))
     for m in a.models:
         d = dims(a.depthdec, m)
         if a.detail:
@@ -104,6 +117,8 @@ def main():
             for _, cl in shapes:
                 t, b = frame(d, B, a.sms, l2, peak, cl)
                 cells.append("%.1f / %.2f" % (b / 1e9, t * 1e3))
+            t, b = frame(d, B, a.sms, l2, peak, None, lambda Nr, K, T: at_shape(Nr, K, T, a.sms, l2, peak))
+            cells.append("%.1f / %.2f" % (b / 1e9, t * 1e3))
             print("| %s | %d | %s |" % (m.upper(), B, " | ".join(cells)))
 
 

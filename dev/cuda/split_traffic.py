@@ -3,7 +3,7 @@
 
     python3 dev/cuda/split_traffic.py [--sms 132]
 
-tp_shape (src/cuda/tput.cu as of 5546951, mirrored here: keep the two in step) picks per linear and batch the
+tp_shape (src/cuda/tput.cu as of 554b457, mirrored here: keep the two in step) picks per linear and batch the
 token tile BN and the split S. With S > 1 the tile writes NC - NC / S + 1 arrays of T x Nr floats (slab 0's
 running sums, then every later slab's chunk partials: the contract adds chunk partials onto the running sum one at
 a time, in chunk order, so a slab cannot pre-add its own) and tp_epi reads them back; with S = 1 one array. Per
@@ -17,7 +17,7 @@ CKT, PART = 8, 64 << 20
 
 def shape(Nr, K, T, bnmax, sms):
     NC, best, out = K // (16 * CKT), 1e30, (bnmax, 1)
-    bn = 64
+    bn = 32 if T <= 32 else 64  # the 32-token tile where a 64-token tile is mostly padding (554b457)
     while bn <= bnmax:
         S = 1
         while S <= NC and S <= 16:
