@@ -105,28 +105,8 @@ ray_site() {
     export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}/tmp/raysite RAY_USAGE_STATS_ENABLED=0
 }
 
-# dev/cuda/$1.c linked against the library of the build folder $2 (default $B) into $2/$1; log in $R/build_$1.log.
-dev_prog() {
-    local d=${2:-$B}
-    cc -O2 -Iinclude "dev/cuda/$1.c" "$d/libdepthdec.a" -L/usr/local/cuda/lib64 -lcudart -lstdc++ -ljansson -lm \
-        -lpthread -o "$d/$1" >>"$R/build_$1.log" 2>&1 || log "$1 build failed ($d)"
-}
-
-# A side for an A/B: a copy of the tree at $1 with the patches $2... applied in order (patch -p1), built like $B
-# (the carried objects reused: only the patched files are rebuilt), with exec_ab linked against it. Returns 1 when a
-# patch does not apply; log in $R/build_<folder>.log.
-side_build() {
-    local C=$1 root=$PWD
-    shift
-    rm -rf "$C" && mkdir -p "$C"
-    tar cf - --exclude=./.git --exclude=./.raysite . | (cd "$C" && tar xf -)
-    for p in "$@"; do
-        (cd "$C" && patch -p1 --forward --quiet <"$root/$p") || { log "side $C: $p does not apply"; return 1; }
-    done
-    (cd "$C" && make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda -j16 ${MAKE_TARGET-tests}) >"$R/build_$(basename "$C").log" 2>&1
-    log "side $C build ($*) rc $? ($(el))"
-    dev_prog exec_ab "$C/build-cuda"
-}
+# dev_prog (a dev/cuda program linked against a build) and side_build (a patched copy of the tree built)
+source "$(dirname "${BASH_SOURCE[0]}")/side_lib.sh"
 
 # test_cuda's test $3 from $2 (a test_cuda binary) under `timeout $4`, with the VAR=value assignments after it:
 # the log in $R/$1.log; rc, cmocka's PASSED/FAILED lines and the first failure lines in the summary.

@@ -12,18 +12,18 @@
 # with PRE_SWEEP_SPECS (e.g. "gpt bf16 256|csm bf16 256") also the (BN, S) sweep from build-ab/pref in what is left.
 set -u -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-# a patched copy of the tree (patches $2...) built here, its programs $1 (a list) stripped into build-ab/<dir>:
-#   pre_side DIR "PROGRAMS" PATCH...
+R=/tmp/prebuilt_logs B=build-cuda
+mkdir -p "$R"
+log() { echo "$@"; }
+el() { echo "-"; }
+source dev/cuda/side_lib.sh
+# side_build's copy of the tree (patches $3...) at /tmp/prebuilt_$1, its programs $2 (a list) stripped into
+# build-ab/$1:   pre_side DIR "PROGRAMS" PATCH...
 pre_side() {
     local dir=build-ab/$1 progs=$2 C=/tmp/prebuilt_$1 p
     shift 2
-    rm -rf "$C" "$dir" && mkdir -p "$C" "$dir"
-    tar cf - --exclude=./.git --exclude=./.raysite --exclude=./build-ab . | (cd "$C" && tar xf -)
-    for p in "$@"; do (cd "$C" && patch -p1 --forward --quiet <"$OLDPWD/$p") || return 1; done
-    (cd "$C" && make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda -j2 tests >/dev/null &&
-        cc -O2 -Iinclude dev/cuda/exec_ab.c build-cuda/libdepthdec.a -L/usr/local/cuda/lib64 -lcudart -lstdc++ \
-            -ljansson -lm -lpthread -o build-cuda/exec_ab) || return 1
-    for p in $progs; do cp "$C/build-cuda/$p" "$dir/"; done
+    rm -rf "$dir" && mkdir -p "$dir" && side_build "$C" "$@" || return 1
+    for p in $progs; do cp "$C/build-cuda/$p" "$dir/" || return 1; done
     strip --strip-debug "$dir"/*
     echo "$*" >"$dir/SIDE"
     du -sh "$dir"
