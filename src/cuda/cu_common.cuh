@@ -264,5 +264,9 @@ void cu_free_all(void **allocs, int nallocs);
  * of two per query (seen in the SASS of every attention kernel). An empty asm with the values as in/out operands
  * makes them opaque to that rewrite: the same bits, computed once. */
 __device__ __forceinline__ void cu_pin(float &a, float &b) { asm volatile("" : "+f"(a), "+f"(b)); }
+/* A key's softmax weight e / sum (sum >= 1, the exps' sum): a zero e (keys past the query's, an underflowed exp)
+ * gives +0 without the division, whose zero numerator takes the IEEE division's slow path (a call to far-away code
+ * for every key a lane holds past the query's); the same bits either way. */
+__device__ __forceinline__ float cu_soft_w(float e, float sum) { return e != 0.0f ? e / sum : 0.0f; }
 
 #endif

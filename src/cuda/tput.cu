@@ -529,18 +529,36 @@ __device__ __forceinline__ float tp_key_dot(const float4 *kr, const float4 *sq, 
 }
 
 /* oa, ob += the weighted sum of value rows 0 .. nk - 1 (shared memory, HD floats a row) at dims da and db (zero past
- * HD), in key order; key j's weight is lane j's w0 (j < 32) or lane j - 32's w1. The loads of 8 keys (weights by
- * shuffle, values) are issued before their adds: a round trip a block of 8 keys, not one a key. */
-__device__ __forceinline__ void tp_value_sum(const float *Vs, int HD, int nk, float w0, float w1, int da, int db,
+ * HD), in key order; key j's weight is Ws[j] (the warp's weights in shared memory, 16-byte aligned: lane j's w0 at
+ * j, its w1 at 32 + j, written before a __syncwarp). A block of 8 keys loads its weights (two 16-byte broadcast
+ * reads) and values before its adds: a round trip a block, not one a key; whole blocks without per-key tests. */
+__device__ __forceinline__ void tp_value_sum(const float *Vs, int HD, int nk, const float *Ws, int da, int db,
                                              float &oa, float &ob) {
-    for (int j0 = 0; j0 < nk; j0 += 8) {
+    const bool ia = da < HD, ib = db < HD;
+    int j0 = 0;
+    for (; j0 + 8 <= nk; j0 += 8) {
+        const float4 wa4 = *(const float4 *)(Ws + j0), wb4 = *(const float4 *)(Ws + j0 + 4);
+        const float wj[8] = {wa4.x, wa4.y, wa4.z, wa4.w, wb4.x, wb4.y, wb4.z, wb4.w};
+        float va[8], vb[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            va[u] = ia ? Vs[(size_t)(j0 + u) * HD + da] : 0.0f;
+            vb[u] = ib ? Vs[(size_t)(j0 + u) * HD + db] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            oa = oa + wj[u] * va[u];
+            ob = ob + wj[u] * vb[u];
+        }
+    }
+    if (j0 < nk) { /* the last keys, fewer than 8 */
         float wj[8], va[8], vb[8];
 #pragma unroll
         for (int u = 0; u < 8; u++) {
             const int j = j0 + u;
-            wj[u] = __shfl_sync(0xffffffffu, j < 32 ? w0 : w1, j & 31);
-            va[u] = j < nk && da < HD ? Vs[(size_t)j * HD + da] : 0.0f;
-            vb[u] = j < nk && db < HD ? Vs[(size_t)j * HD + db] : 0.0f;
+            wj[u] = j < nk ? Ws[j] : 0.0f;
+            va[u] = j < nk && ia ? Vs[(size_t)j * HD + da] : 0.0f;
+            vb[u] = j < nk && ib ? Vs[(size_t)j * HD + db] : 0.0f;
         }
 #pragma unroll
         for (int u = 0; u < 8; u++)
@@ -587,8 +605,8 @@ __global__ void __launch_bounds__(128, 4) tp_attend3(const cu_attend A, int n, u
     extern __shared__ __align__(16) float tp_kv[];
     tp_pdl_trigger();
     tp_pdl_wait();
-    const int HD = HDC ? HDC : A.HD, G = A.H / A.KVH, kvw = A.KVH * HD, qw = (A.H + 2 * A.KVH) * HD, P = A.P,
-              p0 = A.p0;
+    constexpr int G = 1; /* one q head a kv head: tp_attend3_ok */
+    const int HD = HDC ? HDC : A.HD, kvw = A.KVH * HD, qw = (A.H + 2 * A.KVH) * HD, P = A.P, p0 = A.p0;
     const int nk = p0 + P, KS = HD + 4, C = HD / 4, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int W = blockDim.x >> 5, items = n * A.KVH, GW = gridDim.x * W;
     int item = blockIdx.x * W + warp; /* (stream, kv head): a warp each, items item, item + GW, ...; no block barrier */
@@ -597,17 +615,31 @@ __global__ void __launch_bounds__(128, 4) tp_attend3(const cu_attend A, int n, u
     /* a warp's shared memory: two buffers (this item's, the next one's arriving), each the keys (nk rows of KS
      * floats), the queries (G P rows) and this pass's raw rows (P rows of the group's G q heads, its k head, its v
      * head); then one buffer of values (nk rows of HD), copied at the item's start and landing while its keys are
-     * rotated and scored; G P <= 2: tp_attend3_ok */
+     * rotated and scored, and the queries' softmax weights (64 floats a query); G P <= 2: tp_attend3_ok */
     const size_t wsz = (size_t)nk * KS + (size_t)G * P * HD + (size_t)P * RW;
-    float *const buf0 = tp_kv + (size_t)warp * (2 * wsz + (size_t)nk * HD), *const Vs = buf0 + 2 * wsz;
+    float *const buf0 = tp_kv + (size_t)warp * (2 * wsz + (size_t)nk * HD + 128), *const Vs = buf0 + 2 * wsz,
+                *const Ws = Vs + (size_t)nk * HD;
+    /* n cache rows of HD floats (kvw apart) into shared rows ds apart, as 16-byte pieces: where C divides 32 a lane
+     * keeps its column and steps its two pointers by 32 / C rows (the address arithmetic of a piece is two adds) */
+    auto rows = [&](float *dst, int ds, const float *src, int n) {
+        if (32 % C == 0) {
+            const int R = 32 / C, j0 = lane / C, c = 4 * (lane % C);
+            const float *g = src + (size_t)j0 * kvw + c;
+            float *d = dst + (size_t)j0 * ds + c;
+#pragma unroll 4
+            for (int j = j0; j < n; j += R, g += (size_t)R * kvw, d += (size_t)R * ds) cu_cp_async16(d, g);
+        } else {
+            for (int idx = lane; idx < n * C; idx += 32) {
+                const int j = idx / C, c = 4 * (idx % C);
+                cu_cp_async16(dst + (size_t)j * ds + c, src + (size_t)j * kvw + c);
+            }
+        }
+    };
     auto fetch = [&](int it, float *KV) { /* item it's earlier keys, this pass's rows: one group */
         const int s = it / A.KVH, kh = it % A.KVH;
         const size_t co = (size_t)s * A.cstride + (size_t)kh * HD;
         float *Rs = KV + (size_t)nk * KS + (size_t)G * P * HD;
-        for (int idx = lane; idx < p0 * C; idx += 32) {
-            const int j = idx / C, c = 4 * (idx % C);
-            cu_cp_async16(KV + (size_t)j * KS + c, A.kc + co + (size_t)j * kvw + c);
-        }
+        rows(KV, KS, A.kc + co, p0);
         const float *tok0 = A.qkv + (size_t)s * P * qw;
         for (int idx = lane; idx < P * (G + 2) * C; idx += 32) { /* 16-byte pieces of the raw rows */
             const int r = idx / ((G + 2) * C), c = idx % ((G + 2) * C), seg = c / C, off = 4 * (c % C);
@@ -617,11 +649,7 @@ __global__ void __launch_bounds__(128, 4) tp_attend3(const cu_attend A, int n, u
         cu_cp_commit();
     };
     auto fetch_v = [&](int it) { /* item it's earlier values: a group of their own */
-        const size_t co = (size_t)(it / A.KVH) * A.cstride + (size_t)(it % A.KVH) * HD;
-        for (int idx = lane; idx < p0 * C; idx += 32) {
-            const int j = idx / C, c = 4 * (idx % C);
-            cu_cp_async16(Vs + (size_t)j * HD + c, A.vc + co + (size_t)j * kvw + c);
-        }
+        rows(Vs, HD, A.vc + (size_t)(it / A.KVH) * A.cstride + (size_t)(it % A.KVH) * HD, p0);
         cu_cp_commit();
     };
     fetch(item, buf0);
@@ -659,11 +687,9 @@ __global__ void __launch_bounds__(128, 4) tp_attend3(const cu_attend A, int n, u
             }
         }
         const float scale = sqrtf((float)HD);
-        float w[2][2]; /* [query][key lane + 32 r]: the scores, then the softmax weights */
 #pragma unroll
         for (int q = 0; q < 2; q++) {
             float sc[2] = {-INFINITY, -INFINITY};
-            w[q][0] = w[q][1] = 0.0f;
             if (q >= G * P) continue;
             const int nq = p0 + q % P + 1;
             const float4 *sq = (const float4 *)(Qs + (size_t)q * HD);
@@ -677,9 +703,9 @@ __global__ void __launch_bounds__(128, 4) tp_attend3(const cu_attend A, int n, u
             float e0 = lane < nq ? expf(sc[0] - m) : 0.0f, e1 = lane + 32 < nq ? expf(sc[1] - m) : 0.0f;
             float sum = e0 + e1;
             for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-            float w0 = e0 / sum, w1 = e1 / sum;
+            float w0 = cu_soft_w(e0, sum), w1 = cu_soft_w(e1, sum);
             cu_pin(w0, w1);
-            w[q][0] = w0, w[q][1] = w1;
+            Ws[64 * q + lane] = w0, Ws[64 * q + 32 + lane] = w1; /* read after the __syncwarp below */
         }
         if (more) /* this item's values */
             cu_cp_wait<1>();
@@ -694,7 +720,7 @@ __global__ void __launch_bounds__(128, 4) tp_attend3(const cu_attend A, int n, u
             for (int d0 = 0; d0 < HD; d0 += 64) {
                 const int da = d0 + lane, db = d0 + 32 + lane;
                 float oa = 0.0f, ob = 0.0f;
-                tp_value_sum(Vs, HD, nq, w[q][0], w[q][1], da, db, oa, ob);
+                tp_value_sum(Vs, HD, nq, Ws + 64 * q, da, db, oa, ob);
                 const uint32_t wa = da < HD ? tp_att_store(A.out, hi, lo, orow + da, oa) : 0u;
                 const uint32_t wb = db < HD ? tp_att_store(A.out, hi, lo, orow + db, ob) : 0u;
                 if (asum) tp_att_gsum(asum, ta, (size_t)h * HD + d0, (size_t)s * P + i, wa, wb, lane);
@@ -724,6 +750,7 @@ __global__ void __launch_bounds__(128) tp_attend2(const cu_attend A, int n, uint
     const int s = blockIdx.x / A.KVH, kh = blockIdx.x % A.KVH, NK = p0 + P, KS = HD + 4, C = HD / 4;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     float *Ks = tp_kv, *Vs = Ks + (size_t)NK * KS, *Qs = Vs + (size_t)NK * HD; /* rows of 16 B multiples */
+    float *Ws = Qs + (size_t)G * P * HD + 64 * warp; /* this warp's query's softmax weights */
     const float *tok0 = A.qkv + (size_t)s * P * qw;
     const float *kc = A.kc + (size_t)s * A.cstride + (size_t)kh * HD,
                 *vc = A.vc + (size_t)s * A.cstride + (size_t)kh * HD;
@@ -770,17 +797,20 @@ __global__ void __launch_bounds__(128) tp_attend2(const cu_attend A, int n, uint
         float e0 = lane < nk ? expf(sc[0] - m) : 0.0f, e1 = lane + 32 < nk ? expf(sc[1] - m) : 0.0f;
         float sum = e0 + e1;
         for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        float w0 = e0 / sum, w1 = e1 / sum;
+        float w0 = cu_soft_w(e0, sum), w1 = cu_soft_w(e1, sum);
         cu_pin(w0, w1);
+        Ws[lane] = w0, Ws[32 + lane] = w1;
+        __syncwarp();
         const size_t orow = ((size_t)s * P + i) * A.H * HD + (size_t)h * HD;
         for (int d0 = 0; d0 < HD; d0 += 64) {
             const int da = d0 + lane, db = d0 + 32 + lane;
             float oa = 0.0f, ob = 0.0f;
-            tp_value_sum(Vs, HD, nk, w0, w1, da, db, oa, ob);
+            tp_value_sum(Vs, HD, nk, Ws, da, db, oa, ob);
             const uint32_t wa = da < HD ? tp_att_store(A.out, hi, lo, orow + da, oa) : 0u;
             const uint32_t wb = db < HD ? tp_att_store(A.out, hi, lo, orow + db, ob) : 0u;
             if (asum) tp_att_gsum(asum, ta, (size_t)h * HD + d0, (size_t)s * P + i, wa, wb, lane);
         }
+        __syncwarp(); /* the weights are read before the warp's next query writes its own */
     }
 }
 
@@ -846,13 +876,13 @@ static tp_att_fn tp_att_pick(int HD, tp_att_fn k64, tp_att_fn k128, tp_att_fn k0
 }
 static size_t tp_attend2_smem(const cu_attend *A) {
     const size_t nk = (size_t)A->p0 + A->P;
-    return (nk * (A->HD + 4) + nk * A->HD + (size_t)(A->H / A->KVH) * A->P * A->HD) * 4;
+    return (nk * (A->HD + 4) + nk * A->HD + (size_t)(A->H / A->KVH) * A->P * A->HD + 4 * 64) * 4;
 }
 static int tp_attend2_ok(const cu_attend *A) { return A->HD % 4 == 0 && tp_attend2_smem(A) <= 48 * 1024; }
 static size_t tp_attend3_smem(const cu_attend *A) { /* a warp's: two buffers of keys, queries and raw rows
-                                                        * (tp_attend3's wsz), one of values */
+                                                        * (tp_attend3's wsz), one of values, the weights */
     const size_t nk = (size_t)A->p0 + A->P, G = A->H / A->KVH;
-    return (2 * (nk * (A->HD + 4) + G * A->P * A->HD + (size_t)A->P * (G + 2) * A->HD) + nk * A->HD) * 4;
+    return (2 * (nk * (A->HD + 4) + G * A->P * A->HD + (size_t)A->P * (G + 2) * A->HD) + nk * A->HD + 128) * 4;
 }
 /* 1 when tp_attend3 suits op A: one query a (stream, kv head) group (no GQA: with G q heads a warp would attend
  * them one after the other, slower than tp_attend's warp a query at CSM dims, measured) */
