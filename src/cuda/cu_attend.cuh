@@ -133,7 +133,7 @@ static __device__ __noinline__ void cu_attend_query(const cu_attend &A, int s, i
     float sum = e0 + e1;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    float w0 = e0 / sum, w1 = e1 / sum;
+    float w0 = cu_soft_w(e0, sum), w1 = cu_soft_w(e1, sum);
     cu_pin(w0, w1);
     float *out = A.out + (size_t)t * A.H * HD + (size_t)h * HD;
     for (int d0 = 0; d0 < HD; d0 += 32) {
@@ -231,7 +231,7 @@ static __device__ __noinline__ void cu_attend_fast(const cu_attend &A, int s, in
     float e0 = lane < nk ? expf(sc[0] - m) : 0.0f, e1 = lane + 32 < nk ? expf(sc[1] - m) : 0.0f;
     float sum = e0 + e1;
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    float w0 = e0 / sum, w1 = e1 / sum;
+    float w0 = cu_soft_w(e0, sum), w1 = cu_soft_w(e1, sum);
     cu_pin(w0, w1);
     /* out: lane takes dims d and d + 32 of a 64-wide slice; values of 16 keys in flight; keys in order */
     float *out = A.out + ((size_t)s * A.P + i) * A.H * HD + (size_t)h * HD;

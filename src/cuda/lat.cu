@@ -888,7 +888,7 @@ __device__ __forceinline__ void lt_attend(const lt_step st, int l) {
             float sum = e0 + e1;
 #pragma unroll 1
             for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-            float w0 = e0 / sum, w1 = e1 / sum;
+            float w0 = cu_soft_w(e0, sum), w1 = cu_soft_w(e1, sum);
             cu_pin(w0, w1);
             LT_PH(5);
             u64 *out = op.out + (size_t)(s * Pp + i) * op.ldo + (size_t)(kg * G + hq) * HD;
