@@ -27,7 +27,12 @@ log "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,clocks.sm
 if [ "${CALL_NOBUILD:-0}" = 1 ]; then
     log "build skipped (CALL_NOBUILD)"
 else
-    find build-cuda/obj build-cuda/cuobj build-cuda/tobj -type f -exec touch {} + 2>/dev/null
+    if bash dev/cuda/stamp.sh check; then
+        find build-cuda/obj build-cuda/cuobj build-cuda/tobj -type f -exec touch {} + 2>/dev/null
+    else # objects of other sources (or unstamped: dev/cuda/stamp.sh after the build here) are rebuilt, not reused
+        log "carried objects not stamped with this tree's sources: rebuilt"
+        find build-cuda/obj build-cuda/cuobj build-cuda/tobj -type f -name '*.o' -delete 2>/dev/null
+    fi
     make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda -j16 ${MAKE_TARGET-tests} >"$R/build.log" 2>&1
     log "build rc $? ($(el))"
 fi
