@@ -47,6 +47,18 @@ guard() {
         sleep 1
     done
 }
+# initcheck with --kernel-name sees no write by the kernels it does not instrument, so it reports every read of what
+# they wrote (2026-12-06 18:02: 325,282 reports, the first the host's copy of tp_probe's output): such a job is refused
+ok_jobs=()
+for j in "${JOBS[@]}"; do
+    read -r name q tool rest <<<"$j"
+    if [ "$tool" = initcheck ] && [[ " $rest " == *" --kernel-name "* ]]; then
+        log "$name: initcheck with a kernel filter says nothing (other kernels' writes unseen): not run"
+        continue
+    fi
+    ok_jobs+=("$j")
+done
+JOBS=("${ok_jobs[@]}")
 for j in "${JOBS[@]}"; do
     read -r name q tool rest <<<"$j"
     setsid bash -c "echo \$\$ >'$R/$name.sid'; t0=\$(date +%s); DD_CUDA_TIMEOUT_S=200 DD_TEST_QUICK=$q DD_TEST_ONLY=test_tput timeout -k 5 $RACE_S \
