@@ -5,7 +5,8 @@
 # is one side. Every side: test_tput quick (bit for bit against the frame kernel, graph replays included); the
 # last side that passed it also: test_tput unquick, test_invariance, test_device_capture quick, memcheck on test_tput
 # quick 2 (the later steps say "last side" for it). A side that failed its quick test is not timed.
-# Then dev/cuda/exec_ab.c on the throughput executor for base and every side alternating per model (GPT dims bf16
+# Then dev/cuda/exec_ab.c on the throughput executor for base and every side alternating per model, AB_ROUNDS
+# rounds (GPT dims bf16
 # at 8, 64, 256, 512 streams; CSM dims at 8 and 256; AB_SPECS="model weights frames batches...|..." for others),
 # and ncu's kernel durations of one frame on the last side (NCU_SPEC="model weights", default GPT bf16; B256);
 # NCU_TILE="model weights batch": ncu's throughput sections of six tp_linear launches, base and last side. With
@@ -39,10 +40,15 @@ if [ $LS != 0 ]; then
 fi
 : >"$OUT/exec_ab.jsonl"
 IFS='|' read -r -a specs <<<"${AB_SPECS:-gpt bf16 10 8 64 256 512|csm bf16 6 8 256}"
+# AB_ROUNDS (default 2) rounds a spec, base and sides alternating: one process's median moves by several percent
+# from run to run (2026-12-06 17:41: base CSM B256 median 21.182 ms, its fastest frame 19.493); ab_table.py prints
+# the median over the rounds and their spread
 for spec in "${specs[@]}"; do
-    fits 60 "exec_ab $spec" || break
-    ab_side base build-cuda/exec_ab "$spec"
-    for k in $(seq 1 $NS); do [ ${ok[$k]} = 1 ] && ab_side side$k /tmp/tput_side$k/build-cuda/exec_ab "$spec"; done
+    for r in $(seq 1 ${AB_ROUNDS:-2}); do
+        fits 60 "exec_ab $spec round $r" || break 2
+        ab_side base build-cuda/exec_ab "$spec"
+        for k in $(seq 1 $NS); do [ ${ok[$k]} = 1 ] && ab_side side$k /tmp/tput_side$k/build-cuda/exec_ab "$spec"; done
+    done
 done
 [ $LS = 0 ] && { log "no side passed its quick test"; (cd "$OUT" && tar czf work.tgz work && rm -rf work); exit 1; }
 python3 dev/cuda/ab_table.py "$OUT/exec_ab.jsonl" | tee -a "$S"
