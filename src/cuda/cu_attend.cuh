@@ -126,15 +126,8 @@ static __device__ __noinline__ void cu_attend_query(const cu_attend &A, int s, i
             sc[r] = d / scale;
         }
     }
-    float m = fmaxf(sc[0], sc[1]);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    float e0 = lane < nk ? expf(sc[0] - m) : 0.0f, e1 = lane + 32 < nk ? expf(sc[1] - m) : 0.0f;
-    float sum = e0 + e1;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    float w0 = cu_soft_w(e0, sum), w1 = cu_soft_w(e1, sum);
-    cu_pin(w0, w1);
+    float w0, w1;
+    cu_softmax2(sc, nk, lane, w0, w1);
     float *out = A.out + (size_t)t * A.H * HD + (size_t)h * HD;
     for (int d0 = 0; d0 < HD; d0 += 32) {
         const int d = d0 + lane;
@@ -226,13 +219,8 @@ static __device__ __noinline__ void cu_attend_fast(const cu_attend &A, int s, in
             sc[r] = d / scale;
         }
     }
-    float m = fmaxf(sc[0], sc[1]);
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    float e0 = lane < nk ? expf(sc[0] - m) : 0.0f, e1 = lane + 32 < nk ? expf(sc[1] - m) : 0.0f;
-    float sum = e0 + e1;
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    float w0 = cu_soft_w(e0, sum), w1 = cu_soft_w(e1, sum);
-    cu_pin(w0, w1);
+    float w0, w1;
+    cu_softmax2(sc, nk, lane, w0, w1);
     /* out: lane takes dims d and d + 32 of a 64-wide slice; values of 16 keys in flight; keys in order */
     float *out = A.out + ((size_t)s * A.P + i) * A.H * HD + (size_t)h * HD;
 #pragma unroll 1

@@ -268,5 +268,21 @@ __device__ __forceinline__ void cu_pin(float &a, float &b) { asm volatile("" : "
  * gives +0 without the division, whose zero numerator takes the IEEE division's slow path (a call to far-away code
  * for every key a lane holds past the query's); the same bits either way. */
 __device__ __forceinline__ float cu_soft_w(float e, float sum) { return e != 0.0f ? e / sum : 0.0f; }
+/* A query's softmax over nk keys held two a lane (sc[0]: key lane, sc[1]: key lane + 32; -inf past nk): the max by
+ * an xor tree, e = exp(s - max) (0 past nk), their sum by an xor tree, the weights e / sum (cu_soft_w), pinned
+ * (cu_pin). Every executor's attention takes its weights from here. ROLLED keeps the two trees rolled (lat.cu, for
+ * its code size). */
+template <bool ROLLED = false>
+__device__ __forceinline__ void cu_softmax2(const float (&sc)[2], int nk, int lane, float &w0, float &w1) {
+    float m = fmaxf(sc[0], sc[1]);
+#pragma unroll(ROLLED ? 1 : 5)
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const float e0 = lane < nk ? expf(sc[0] - m) : 0.0f, e1 = lane + 32 < nk ? expf(sc[1] - m) : 0.0f;
+    float sum = e0 + e1;
+#pragma unroll(ROLLED ? 1 : 5)
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    w0 = cu_soft_w(e0, sum), w1 = cu_soft_w(e1, sum);
+    cu_pin(w0, w1);
+}
 
 #endif

@@ -881,15 +881,8 @@ __device__ __forceinline__ void lt_attend(const lt_step st, int l) {
                     sc[r] = d / scale;
                 }
             }
-            float m = fmaxf(sc[0], sc[1]);
-#pragma unroll 1
-            for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-            float e0 = lane < nk ? expf(sc[0] - m) : 0.0f, e1 = lane + 32 < nk ? expf(sc[1] - m) : 0.0f;
-            float sum = e0 + e1;
-#pragma unroll 1
-            for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-            float w0 = cu_soft_w(e0, sum), w1 = cu_soft_w(e1, sum);
-            cu_pin(w0, w1);
+            float w0, w1;
+            cu_softmax2<true>(sc, nk, lane, w0, w1);
             LT_PH(5);
             u64 *out = op.out + (size_t)(s * Pp + i) * op.ldo + (size_t)(kg * G + hq) * HD;
 #pragma unroll 1

@@ -698,13 +698,8 @@ __global__ void __launch_bounds__(128, 4) tp_attend3(const cu_attend A, int n, u
                 const int j = lane + 32 * r;
                 if (j < nq) sc[r] = tp_key_dot((const float4 *)(KV + (size_t)j * KS), sq, C) / scale;
             }
-            float m = fmaxf(sc[0], sc[1]);
-            for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-            float e0 = lane < nq ? expf(sc[0] - m) : 0.0f, e1 = lane + 32 < nq ? expf(sc[1] - m) : 0.0f;
-            float sum = e0 + e1;
-            for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-            float w0 = cu_soft_w(e0, sum), w1 = cu_soft_w(e1, sum);
-            cu_pin(w0, w1);
+            float w0, w1;
+            cu_softmax2(sc, nq, lane, w0, w1);
             Ws[64 * q + lane] = w0, Ws[64 * q + 32 + lane] = w1; /* read after the __syncwarp below */
         }
         if (more) /* this item's values */
@@ -792,13 +787,8 @@ __global__ void __launch_bounds__(128) tp_attend2(const cu_attend A, int n, uint
             if (j < nk) /* lane j's key row (rows of KS floats: 16-byte reads without conflicts) */
                 sc[r] = tp_key_dot((const float4 *)(Ks + (size_t)j * KS), sq, C) / scale;
         }
-        float m = fmaxf(sc[0], sc[1]);
-        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-        float e0 = lane < nk ? expf(sc[0] - m) : 0.0f, e1 = lane + 32 < nk ? expf(sc[1] - m) : 0.0f;
-        float sum = e0 + e1;
-        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        float w0 = cu_soft_w(e0, sum), w1 = cu_soft_w(e1, sum);
-        cu_pin(w0, w1);
+        float w0, w1;
+        cu_softmax2(sc, nk, lane, w0, w1);
         Ws[lane] = w0, Ws[32 + lane] = w1;
         __syncwarp();
         const size_t orow = ((size_t)s * P + i) * A.H * HD + (size_t)h * HD;
