@@ -9,7 +9,9 @@
 # run: the side's test_tput quick first (not timed if it fails), then exec_ab (throughput executor only) base and
 # side alternating, PRE_ROUNDS rounds (default 3) of each PRE_SPECS spec ("model weights frames batch|...", default
 # GPT bf16 B256 and CSM bf16 B256); a line a run in $OUT/exec_ab.jsonl, medians of the rounds in $OUT/summary.txt;
-# with PRE_SWEEP_SPECS (e.g. "gpt bf16 256|csm bf16 256") also the (BN, S) sweep from build-ab/pref in what is left.
+# with PRE_SWEEP_SPECS (e.g. "gpt bf16 256|csm bf16 256") also the (BN, S) sweep from build-ab/pref in what is left;
+# with PRE_XOVER first the latency / throughput crossover from pre0 (both executors a batch). A PRE_SPECS spec names
+# one batch.
 set -u -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 R=/tmp/prebuilt_logs B=build-cuda
@@ -44,6 +46,23 @@ run)
     S=$OUT/summary.txt T0=$(date +%s)
     log() { echo "$@" | tee -a "$S"; }
     log "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader)"
+    # PRE_XOVER ("model weights frames batches...|..."): first the crossover, both executors a batch from pre0's
+    # exec_ab (the latency executor takes batches of at most 4 streams, backend.cu, since 2026-12-04)
+    if [ -n "${PRE_XOVER:-}" ]; then
+        IFS='|' read -r -a xs <<<"$PRE_XOVER"
+        for x in "${xs[@]}"; do
+            EXEC_AB_NOFRAME=1 timeout 120 build-ab/pre0/exec_ab $x 2>/dev/null >>"$OUT/xover.jsonl"
+        done
+        python3 - "$OUT/xover.jsonl" <<'EOF' | tee -a "$S"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+ms = {(r["model"], r["weights"], r["batch"], r["executor"]): r["ms_per_frame"] for r in rows}
+for m, w, b in sorted({(r["model"], r["weights"], r["batch"]) for r in rows}):
+    lat, tput = ms.get((m, w, b, "lat")), ms.get((m, w, b, "tput"))
+    win = "" if lat is None or tput is None else ("lat" if lat < tput else "tput")
+    print(f"crossover {m} {w} B{b}: lat {lat} tput {tput} ms a frame -> {win}")
+EOF
+    fi
     log "side: $(cat build-ab/pre1/SIDE)"
     DD_TEST_QUICK=1 DD_TEST_ONLY=test_tput timeout 100 build-ab/pre1/test_cuda >"$OUT/side_test_tput.log" 2>&1
     log "side test_tput quick rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/side_test_tput.log" | tr '\n' ' ')"
