@@ -29,7 +29,7 @@ if [ "${CALL_NOBUILD:-0}" = 1 ]; then
 else
     if bash dev/cuda/stamp.sh check; then
         find build-cuda/obj build-cuda/cuobj build-cuda/tobj -type f -exec touch {} + 2>/dev/null
-    else # objects of other sources (or unstamped: dev/cuda/stamp.sh after the build here) are rebuilt, not reused
+    else # objects of other sources (or unstamped: `dev/cuda/stamp.sh` after the build here) are rebuilt
         log "carried objects not stamped with this tree's sources: rebuilt"
         find build-cuda/obj build-cuda/cuobj build-cuda/tobj -type f -name '*.o' -delete 2>/dev/null
     fi

@@ -15,7 +15,6 @@ OUT=${OUT:-/tmp/lat_ab}
 mode=run
 [ "${1:-}" = prebuild ] && { mode=prebuild; shift; }
 SIDES="base: ${1:-}"
-src_sha() { { cat src/cuda/*.cu src/cuda/*.cuh src/*.h src/model/*.h include/depthdec.h; grep -E "NVFLAGS|NVCC|CUDA_ARCH" Makefile; } | sha256sum | cut -d' ' -f1; }
 tree_for() { # $1 side, $2 patches: a copy of the tree under $W/$1 with the patches applied
     local d=$W/$1
     rm -rf "$d"; mkdir -p "$d"
@@ -32,7 +31,7 @@ if [ $mode = prebuild ]; then
         # the CUDA objects, then (the C objects taken from build-cuda/obj) the library and the timeline tool, by
         # lat_iter.sh's own build step (its sha says on the device whether the tool is still current)
         (cd "$W/$side" && make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda $(ls src/cuda/*.cu | sed 's|src/cuda/\(.*\)\.cu|build-cuda/cuobj/\1.o|') >build.log 2>&1 &&
-            src_sha >build-cuda/cuobj/sources.sha && mkdir -p "$ROOT/build-ab/$side" && rm -rf "$ROOT/build-ab/$side/cuobj" &&
+            bash dev/cuda/stamp.sh write && mkdir -p "$ROOT/build-ab/$side" && rm -rf "$ROOT/build-ab/$side/cuobj" &&
             cp -r build-cuda/cuobj "$ROOT/build-ab/$side/" && echo "prebuilt $side" &&
             { [ ! -d "$ROOT/build-cuda/obj" ] || cp -rp "$ROOT/build-cuda/obj" build-cuda/; } &&
             make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda build-cuda/libdepthdec.a >>build.log 2>&1 &&

@@ -20,9 +20,8 @@ if [ ! -f /usr/include/cmocka.h ] || [ ! -f /usr/include/jansson.h ]; then
     ldconfig
 fi
 has tlbuild || nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-src_sha() { { cat src/cuda/*.cu src/cuda/*.cuh src/*.h src/model/*.h include/depthdec.h; grep -E "NVFLAGS|NVCC|CUDA_ARCH" Makefile; } | sha256sum | cut -d' ' -f1; }
-if has build; then
-    if [ -f $B/cuobj/sources.sha ] && [ "$(cat $B/cuobj/sources.sha)" = "$(src_sha)" ]; then touch $B/cuobj/*.o; echo "reusing CUDA objects"; fi
+if has build; then # CUDA objects prebuilt from these sources (lat_ab.sh prebuild: dev/cuda/stamp.sh) are kept
+    if bash dev/cuda/stamp.sh check $B; then touch $B/cuobj/*.o; echo "reusing CUDA objects"; fi
     t0=$(date +%s)
     make CUDA=1 CUDA_ARCH=sm_90 BUILD=$B -j"$(nproc)" tests >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
     echo "build: $(( $(date +%s) - t0 )) s"
@@ -45,7 +44,7 @@ fi
 # ahead with this function: `lat_iter.sh tlbuild`); the sha covers the CUDA and C sources, the tool and the flags
 tl_build() { # $1 name, $2 nvcc flags
     local name=$1 flags=$2 tl_sha
-    tl_sha=$( (src_sha; echo "$flags"; sha256sum dev/cuda/lat_timeline.cu; cat src/*.c src/*/*.c | sha256sum) | sha256sum | cut -d' ' -f1)
+    tl_sha=$( (bash dev/cuda/stamp.sh sha; echo "$flags"; sha256sum dev/cuda/lat_timeline.cu; cat src/*.c src/*/*.c | sha256sum) | sha256sum | cut -d' ' -f1)
     if [ -x $B/lat_timeline_$name ] && [ "$(cat $B/lat_timeline_$name.sha 2>/dev/null)" = "$tl_sha" ]; then
         echo "reusing lat_timeline_$name"
         return 0
