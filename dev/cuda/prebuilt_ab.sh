@@ -10,8 +10,8 @@
 # side alternating, PRE_ROUNDS rounds (default 3) of each PRE_SPECS spec ("model weights frames batch|...", default
 # GPT bf16 B256 and CSM bf16 B256); a line a run in $OUT/exec_ab.jsonl, medians of the rounds in $OUT/summary.txt;
 # with PRE_SWEEP_SPECS (e.g. "gpt bf16 256|csm bf16 256") also the (BN, S) sweep from build-ab/pref in what is left;
-# with PRE_XOVER first the latency / throughput crossover from pre0 (both executors a batch). A PRE_SPECS spec names
-# one batch.
+# with PRE_XOVER first the latency / throughput crossover from pre0 (both executors a batch); with PRE_NCU last ncu
+# of one frame by kernel and linear (ncu_roles.py). A PRE_SPECS spec names one batch.
 set -u -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 R=/tmp/prebuilt_logs B=build-cuda
@@ -91,6 +91,24 @@ for spec, s in by.items():
     print(spec, "base", m.get(0), "side", m.get(1), "ratio", round(m[1] / m[0], 4) if 0 in m and 1 in m else None,
           "codes agree" if len(h) == 1 else "CODES DIFFER")
 EOF
+    # PRE_NCU ("model weights batch|..."): then ncu metrics of every tp_ kernel of one frame from pre0's exec_ab, by
+    # kernel and by the linear a launch serves (dev/cuda/ncu_roles.py); within PRE_CAP_S of the call's start
+    if [ -n "${PRE_NCU:-}" ]; then
+        IFS='|' read -r -a ns <<<"$PRE_NCU"
+        for n in "${ns[@]}"; do
+            read -r m w b <<<"$n"
+            left=$((${PRE_CAP_S:-560} - $(date +%s) + T0))
+            [ $left -gt 60 ] || { log "ncu $n: skipped ($left s left)"; continue; }
+            f="$OUT/ncu_${m}_${w}_$b"
+            for met in gpu__time_duration.sum,launch__grid_size,lts__t_bytes.sum,dram__bytes_read.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed \
+                gpu__time_duration.sum,launch__grid_size; do
+                EXEC_AB_WARM=0 EXEC_AB_NOFRAME=1 EXEC_AB_NOLAT=1 timeout $((left - 20)) ncu --csv --kernel-name regex:tp_ \
+                    --metrics $met build-ab/pre0/exec_ab $m $w 1 $b >"$f.csv" 2>"$f.err" && break
+            done
+            log "ncu $n rc $? ($(grep -c . "$f.csv") lines)"
+            python3 dev/cuda/ncu_roles.py "$f.csv" 2>&1 | tee -a "$S"
+        done
+    fi
     # PRE_SWEEP_SPECS: then tp_sweep.sh on build-ab/pref/exec_ab (prebuild-force; carry build-ab/pref too) within
     # PRE_CAP_S seconds of the call's start (default 560)
     if [ -n "${PRE_SWEEP_SPECS:-}" ]; then
