@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The tile probe's sides (dev/cuda/tput_tprobe.patch), built here for a call without nvcc:
+#   bash dev/cuda/tprobe_build.sh 1 8 2 4     -> build-ab/tp<bits>/exec_ab, one side a TP_PROBE value
+# then on the device (carry build-ab/pre0 and the build-ab/tp* folders, .debs):
+#   TP_SIDES="1 8 2 4" OUT=$OUT bash dev/cuda/tprobe_build.sh run   (exec_ab GPT bf16 B256 / B64 base and sides
+#   alternating, medians in $OUT/summary.txt; TP_XOVER first: the crossover from pre0; TP_NCU=1 (TP_NCU_SIDES): ncu of tp_linear / tp_attend / tp_sample durations a side,
+#   by linear kind, dev/cuda/ncu_roles.py)
+set -u -o pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+R=/tmp/prebuilt_logs B=build-cuda
+mkdir -p "$R"
+log() { echo "$@"; }
+el() { echo "-"; }
+source dev/cuda/side_lib.sh
+if [ "${1:-}" != run ]; then
+    for bits in "$@"; do
+        C=/tmp/tprobe_$bits
+        rm -rf "$C" && mkdir -p "$C"
+        tar cf - --exclude=./.git --exclude=./.raysite --exclude=./build-ab . | (cd "$C" && tar xf -)
+        (cd "$C" && patch -p1 --forward --quiet <dev/cuda/tput_tprobe.patch &&
+            sed -i "s/^#define TP_PROBE 0 /#define TP_PROBE $bits /" src/cuda/tput.cu &&
+            grep -q "^#define TP_PROBE $bits " src/cuda/tput.cu &&
+            make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda -j2 lib) >"$R/tprobe_$bits.log" 2>&1 || {
+            echo "side $bits does not build ($R/tprobe_$bits.log)"; exit 1; }
+        grep -q C7518 "$R/tprobe_$bits.log" && echo "side $bits: ptxas serialises wgmma (C7518)"
+        dev_prog exec_ab "$C/build-cuda" || exit 1
+        rm -rf "build-ab/tp$bits" && mkdir -p "build-ab/tp$bits" && cp "$C/build-cuda/exec_ab" "build-ab/tp$bits/" &&
+            strip --strip-debug "build-ab/tp$bits/exec_ab" && echo "$bits" >"build-ab/tp$bits/SIDE"
+        du -sh "build-ab/tp$bits"
+    done
+    exit 0
+fi
+OUT=${OUT:-/tmp/tprobe}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} DD_CUDA_TIMEOUT_S=5
+for f in .debs/*.deb; do dpkg -x "$f" /; done
+ldconfig
+S=$OUT/summary.txt T0=$(date +%s)
+log() { echo "$@" | tee -a "$S"; }
+log "# tprobe $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+sides="0 ${TP_SIDES:-1 8 2 4}"
+# TP_XOVER ("model weights frames batches...|..."): first both executors a batch from pre0 (the crossover)
+if [ -n "${TP_XOVER:-}" ]; then
+    IFS='|' read -r -a xs <<<"$TP_XOVER"
+    for x in "${xs[@]}"; do
+        EXEC_AB_NOFRAME=1 timeout 100 build-ab/pre0/exec_ab $x 2>>"$OUT/xover.err" >>"$OUT/xover.jsonl"
+        log "xover $x rc $? ($(($(date +%s) - T0)) s)"
+    done
+    python3 - "$OUT/xover.jsonl" <<'PY' | tee -a "$S"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+ms = {(r["model"], r["weights"], r["batch"], r["executor"]): r["ms_per_frame"] for r in rows}
+for m, w, b in sorted({(r["model"], r["weights"], r["batch"]) for r in rows}):
+    lat, tput = ms.get((m, w, b, "lat")), ms.get((m, w, b, "tput"))
+    win = "" if lat is None or tput is None else ("lat" if lat < tput else "tput")
+    print(f"crossover {m} {w} B{b}: lat {lat} tput {tput} ms a frame -> {win}")
+PY
+fi
+exe() { [ "$1" = 0 ] && echo build-ab/pre0/exec_ab || echo "build-ab/tp$1/exec_ab"; }
+: >"$OUT/exec_ab.jsonl"
+IFS='|' read -r -a specs <<<"${TP_SPECS:-gpt bf16 10 256|gpt bf16 10 64}"
+for spec in "${specs[@]}"; do
+    for r in 1 2; do
+        for s in $sides; do
+            EXEC_AB_NOLAT=1 EXEC_AB_NOFRAME=1 timeout 60 $(exe $s) $spec 2>/dev/null | tail -1 |
+                sed "s/^{/{\"side\": $s, \"spec\": \"$spec\", /" >>"$OUT/exec_ab.jsonl"
+        done
+    done
+done
+python3 - "$OUT/exec_ab.jsonl" <<'PY' | tee -a "$S"
+import collections, json, statistics, sys
+by = collections.OrderedDict()
+for l in open(sys.argv[1]):
+    if l.strip():
+        r = json.loads(l)
+        by.setdefault(r["spec"], collections.OrderedDict()).setdefault(r["side"], []).append(r["ms_per_frame"])
+for spec, s in by.items():
+    print(spec, " ".join(f"side {k}: {statistics.median(v):.3f}" for k, v in s.items()), "ms a frame (medians)")
+PY
+if [ "${TP_NCU:-1}" = 1 ]; then
+    for s in ${TP_NCU_SIDES:-$sides}; do
+        [ $(($(date +%s) - T0)) -lt ${TP_CAP_S:-480} ] || { log "ncu side $s: skipped (time)"; continue; }
+        EXEC_AB_WARM=0 EXEC_AB_NOFRAME=1 EXEC_AB_NOLAT=1 timeout 120 ncu --csv --kernel-name \
+            'regex:tp_linear|tp_attend|tp_sample' --metrics gpu__time_duration.sum,launch__grid_size $(exe $s) gpt bf16 1 256 \
+            >"$OUT/ncu_$s.csv" 2>"$OUT/ncu_$s.err"
+        log "ncu side $s rc $?"
+        python3 dev/cuda/ncu_roles.py "$OUT/ncu_$s.csv" 2>&1 | grep -E "ncu one|tp_linear" | tee -a "$S"
+    done
+fi
+log "# done $(date -u +%FT%TZ)"
