@@ -17,6 +17,41 @@ import sys
 from ncu_by_kernel import SCALE
 
 
+def roles(kernels):
+    """The linear each launch serves, from the launch order (kernels: short names in launch order): the first tile
+    after an attention kernel is out, then fc1, fc2; a tile followed (before any other tile) by an attention kernel
+    is qkv, one followed by tp_sample (or nothing) is head; tp_split belongs to the tile after it, tp_epi to the tile
+    before it; other kernels get ""."""
+    tiles = [i for i, k in enumerate(kernels) if k == "tp_linear"]
+    role, since_att = {}, None
+    for i, k in enumerate(kernels):
+        if k.startswith("tp_attend"):
+            since_att = 0
+        elif k == "tp_linear":
+            nxt = next((kernels[j] for j in range(i + 1, len(kernels)) if kernels[j] not in ("tp_epi", "tp_split")), "")
+            if nxt.startswith("tp_attend"):
+                role[i] = "qkv"
+            elif nxt in ("tp_sample", ""):
+                role[i] = "head"
+            elif since_att is not None and since_att < 3:
+                role[i] = ("out", "fc1", "fc2")[since_att]
+            else:
+                role[i] = "other"
+            if since_att is not None:
+                since_att += 1
+    out = []
+    for i, k in enumerate(kernels):
+        if k == "tp_split":
+            j = next((t for t in tiles if t > i), None)
+            out.append(role.get(j, "other"))
+        elif k == "tp_epi":
+            j = max((t for t in tiles if t < i), default=None)
+            out.append(role.get(j, "other"))
+        else:
+            out.append(role.get(i, ""))
+    return out
+
+
 def main():
     rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
     h = rows[0]
@@ -32,35 +67,8 @@ def main():
         d = launches.setdefault(int(r[ii]), {"kernel": r[ki].split("(")[0].split("<")[0].replace("void ", "").strip()})
         d[r[ni]] = v
     seq = list(launches.values())
-    tiles = [i for i, d in enumerate(seq) if d["kernel"] == "tp_linear"]
-    role = {}
-    since_att = None
-    for i, d in enumerate(seq):
-        k = d["kernel"]
-        if k.startswith("tp_attend"):
-            since_att = 0
-        elif k == "tp_linear":
-            nxt = next((seq[j]["kernel"] for j in range(i + 1, len(seq))
-                        if seq[j]["kernel"] not in ("tp_epi", "tp_split")), "")
-            if nxt.startswith("tp_attend"):
-                role[i] = "qkv"
-            elif nxt == "tp_sample" or nxt == "":
-                role[i] = "head"
-            elif since_att is not None and since_att < 3:
-                role[i] = ("out", "fc1", "fc2")[since_att]
-            else:
-                role[i] = "other"
-            if since_att is not None:
-                since_att += 1
-    for i, d in enumerate(seq):
-        if d["kernel"] == "tp_split":
-            j = next((t for t in tiles if t > i), None)
-            d["role"] = role.get(j, "other")
-        elif d["kernel"] == "tp_epi":
-            j = max((t for t in tiles if t < i), default=None)
-            d["role"] = role.get(j, "other")
-        else:
-            d["role"] = role.get(i, "")
+    for d, r in zip(seq, roles([d["kernel"] for d in seq])):
+        d["role"] = r
     names = sorted({n for d in seq for n in d if "__" in n and n != "gpu__time_duration.sum"})
     short = [n.split("__")[1].split(".")[0] if n.count("__") else n for n in names]
     agg = collections.OrderedDict()
