@@ -18,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-void dd_cuda_test_crossover(dd_decoder *d, int nmax);
+int dd_cuda_test_crossover(dd_decoder *d, int nmax);
 int dd_cuda_test_tput(dd_decoder *d, int nmin);
 
 static double now_ms(void) {

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-void dd_cuda_test_crossover(dd_decoder *d, int nmax);
+int dd_cuda_test_crossover(dd_decoder *d, int nmax);
 int dd_cuda_test_tput(dd_decoder *d, int nmin);
 
 int main(int argc, char **argv) {

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-extern "C" void dd_cuda_test_crossover(dd_decoder *d, int nmax);
+extern "C" int dd_cuda_test_crossover(dd_decoder *d, int nmax);
 
 static double th_now_s(void) {
     struct timespec ts;

@@ -602,12 +602,27 @@ static dd_status cuda_init(dd_decoder *d, dd_error *err) {
             if (st->h_prog[v][i].type == CU_OP_LINEAR && st->h_prog[v][i].lin.tmul > tmul)
                 tmul = st->h_prog[v][i].lin.tmul;
     if ((s = tp_create(&st->tp, st, B * tmul, err))) return s;
-    /* Where the throughput executor covers the model, it takes every batch over 4 streams (H200, 2026-12-04: GPT
-     * dims bf16 7.6 ms at 1-16 streams against the latency executor's 9.0 at 8; docs/cuda_results.md); else it
-     * is not used (the latency executor's groups up to 48 streams, the frame kernel above). */
+    /* Where the throughput executor covers the model, it takes every batch past the crossover; else it is not used
+     * (the latency executor's groups up to 48 streams, the frame kernel above). The crossover, measured with both
+     * executors a batch (dev/cuda/exec_ab.c, 2026-12-06 20:2x-20:3x UTC, H100 and H200; docs/cuda_results.md): the
+     * latency executor is the faster at 1-3 streams where a pass's weights are 16-bit and at most 128 MB (GPT dims
+     * bf16, 100 MB: B3 4.91 against 5.08 ms, B4 5.64 against 5.01), at one stream elsewhere (CSM dims bf16 / q8,
+     * GPT q8, Qwen3-TTS bf16: the throughput executor faster from B2; GPT q4 within 2 % at B1). */
     st->tp_min = INT_MAX;
     if (tp_covers(st->tp)) {
-        if (st->lt_max > 4) st->lt_max = 4;
+        const int v = st->h_prog[PROG_DECODE] ? PROG_DECODE : PROG_DECODE_C0;
+        double bytes = 0.0; /* the frame program's weight bytes, then a pass's (a sampling op ends a pass) */
+        int wide = 1, passes = 0; /* wide: every linear's weights 16-bit */
+        for (int i = 0; i < st->nprog[v]; i++) {
+            const cu_op *o = &st->h_prog[v][i];
+            passes += o->type == CU_OP_SAMPLE;
+            if (o->type != CU_OP_LINEAR) continue;
+            bytes += (double)o->lin.w.MT * o->lin.w.KT * o->lin.w.tile_bytes;
+            if (o->lin.w.type != DD_BF16 && o->lin.w.type != DD_F16) wide = 0;
+        }
+        if (passes > 1) bytes /= passes;
+        const int cross = wide && bytes <= 128.0 * (1 << 20) ? 3 : 1;
+        if (st->lt_max > cross) st->lt_max = cross;
         st->tp_min = 1;
     }
     CU_TRY(cudaDeviceSynchronize(), err, "init");
@@ -741,17 +756,20 @@ static dd_status cuda_score(dd_decoder *d, int n, const float *hidden, const int
     return DD_OK;
 }
 
-/* test hook: batches of at most nmax streams run on the latency executor (0: none; over lt_max_batch: in groups) */
-extern "C" void dd_cuda_test_crossover(dd_decoder *d, int nmax) {
+/* test hook: batches of at most nmax streams run on the latency executor (0: none; over lt_max_batch: in groups;
+ * < 0: unchanged); returns the bound before the call */
+extern "C" int dd_cuda_test_crossover(dd_decoder *d, int nmax) {
     cu_state *st = (cu_state *)d->impl;
-    st->lt_max = st->lt ? nmax : 0;
+    const int was = st->lt_max;
+    if (nmax >= 0) st->lt_max = st->lt ? nmax : 0;
+    return was;
 }
 
 /* test hook: batches of at least nmin streams (past the latency executor's) run on the throughput executor (0:
- * none); returns 0 when this decoder has none (no sm_90a device or build) */
+ * none; < 0: unchanged); returns 0 when this decoder has none (no sm_90a device or build) */
 extern "C" int dd_cuda_test_tput(dd_decoder *d, int nmin) {
     cu_state *st = (cu_state *)d->impl;
-    st->tp_min = nmin > 0 ? nmin : INT_MAX;
+    if (nmin >= 0) st->tp_min = nmin > 0 ? nmin : INT_MAX;
     return st->tp ? 1 + tp_covers(st->tp) : 0; /* 2: every linear of the model runs on the tile */
 }
 
