@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The throughput executor's real kernel timeline on the device without nvcc (dev/cuda/tput_tl.patch):
+#   here:   bash dev/cuda/tp_tl_run.sh prebuild   (build-ab/tl: tp_tl and test_cuda of the patched tree, stripped)
+#   device: OUT=$OUT bash dev/cuda/tp_tl_run.sh run   (carry build-ab/tl, .debs): the side's test_tput quick, then
+#           one frame's timeline at TL_SPECS ("model weights batch|...", default GPT bf16 B256 / B64 / B8, CSM bf16
+#           B256) into $OUT/tl_*.csv, reported by dev/cuda/tp_tl_report.py in $OUT/summary.txt
+set -u -o pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+case ${1:-} in
+prebuild)
+    R=/tmp/prebuilt_logs B=build-cuda
+    mkdir -p "$R"
+    log() { echo "$@"; }
+    el() { echo "-"; }
+    source dev/cuda/side_lib.sh
+    side_build /tmp/tl_side dev/cuda/tput_tl.patch && dev_prog tp_tl /tmp/tl_side/build-cuda || exit 1
+    rm -rf build-ab/tl && mkdir -p build-ab/tl &&
+        cp /tmp/tl_side/build-cuda/tp_tl /tmp/tl_side/build-cuda/test_cuda build-ab/tl/ &&
+        strip --strip-debug build-ab/tl/* && echo dev/cuda/tput_tl.patch >build-ab/tl/SIDE && du -sh build-ab/tl
+    ;;
+run)
+    OUT=${OUT:-/tmp/tp_tl}
+    mkdir -p "$OUT"
+    export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} DD_CUDA_TIMEOUT_S=5
+    for f in .debs/*.deb; do dpkg -x "$f" /; done
+    ldconfig
+    S=$OUT/summary.txt
+    log() { echo "$@" | tee -a "$S"; }
+    log "# tp_tl $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+    DD_TEST_QUICK=1 DD_TEST_ONLY=test_tput timeout 120 build-ab/tl/test_cuda >"$OUT/side_test_tput.log" 2>&1
+    log "side test_tput quick rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/side_test_tput.log" | tr '\n' ' ')"
+    IFS='|' read -r -a specs <<<"${TL_SPECS:-gpt bf16 256|gpt bf16 64|gpt bf16 8|csm bf16 256}"
+    for spec in "${specs[@]}"; do
+        f="$OUT/tl_${spec// /_}.csv"
+        timeout 90 build-ab/tl/tp_tl $spec >"$f" 2>>"$OUT/tp_tl.err"
+        log "tp_tl $spec rc $?"
+        python3 dev/cuda/tp_tl_report.py "$f" 2>&1 | tee -a "$S"
+    done
+    log "# done $(date -u +%FT%TZ)"
+    ;;
+*) echo "usage: tp_tl_run.sh prebuild | run" >&2; exit 2 ;;
+esac
