@@ -11,6 +11,25 @@ import sys
 SCALE = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "ns": 1e-3, "us": 1.0, "ms": 1e3}  # -> us
 
 
+def read_launches(path):
+    """ncu's `--csv --metrics ...` output as {launch ID: {"kernel": short name, metric: value}} in launch order
+    (durations in us; the short name without template arguments, parameters or "void")."""
+    rows = [r for r in csv.reader(l for l in open(path) if l.startswith('"'))]
+    h = rows[0]
+    ii, ki, ni, ui, vi = (h.index(x) for x in ("ID", "Kernel Name", "Metric Name", "Metric Unit", "Metric Value"))
+    by = collections.OrderedDict()
+    for r in rows[1:]:
+        try:
+            v = float(r[vi].replace(",", ""))
+        except ValueError:
+            continue
+        if r[ni] == "gpu__time_duration.sum":
+            v *= SCALE.get(r[ui], 1.0)
+        d = by.setdefault(int(r[ii]), {"kernel": r[ki].split("(")[0].split("<")[0].replace("void ", "").strip()})
+        d[r[ni]] = v
+    return by
+
+
 def main():
     rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
     h = rows[0]

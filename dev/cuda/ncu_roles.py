@@ -11,10 +11,9 @@ followed by tp_sample is head; tp_split belongs to the tile after it, tp_epi to 
 role, launches, us summed and a launch (ncu's serialised durations), the mean of every other metric.
 """
 import collections
-import csv
 import sys
 
-from ncu_by_kernel import SCALE
+from ncu_by_kernel import read_launches
 
 
 def roles(kernels):
@@ -53,19 +52,7 @@ def roles(kernels):
 
 
 def main():
-    rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
-    h = rows[0]
-    ii, ki, ni, ui, vi = (h.index(x) for x in ("ID", "Kernel Name", "Metric Name", "Metric Unit", "Metric Value"))
-    launches = collections.OrderedDict()
-    for r in rows[1:]:
-        try:
-            v = float(r[vi].replace(",", ""))
-        except ValueError:
-            continue
-        if r[ni] == "gpu__time_duration.sum":
-            v *= SCALE.get(r[ui], 1.0)
-        d = launches.setdefault(int(r[ii]), {"kernel": r[ki].split("(")[0].split("<")[0].replace("void ", "").strip()})
-        d[r[ni]] = v
+    launches = read_launches(sys.argv[1])
     seq = list(launches.values())
     for d, r in zip(seq, roles([d["kernel"] for d in seq])):
         d["role"] = r

@@ -40,57 +40,22 @@ prebuild-force)
 run)
     OUT=${OUT:-/tmp/prebuilt_ab}
     mkdir -p "$OUT"
-    export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} DD_CUDA_TIMEOUT_S=5
-    for f in .debs/*.deb; do dpkg -x "$f" /; done
-    ldconfig
+    device_env
     S=$OUT/summary.txt T0=$(date +%s)
     log() { echo "$@" | tee -a "$S"; }
     log "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader)"
     # PRE_XOVER ("model weights frames batches...|..."): first the crossover, both executors a batch from pre0's
-    # exec_ab (the latency executor takes batches of at most 4 streams, backend.cu, since 2026-12-04)
-    if [ -n "${PRE_XOVER:-}" ]; then
-        IFS='|' read -r -a xs <<<"$PRE_XOVER"
-        for x in "${xs[@]}"; do
-            EXEC_AB_NOFRAME=1 timeout 120 build-ab/pre0/exec_ab $x 2>/dev/null >>"$OUT/xover.jsonl"
-        done
-        python3 - "$OUT/xover.jsonl" <<'EOF' | tee -a "$S"
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-ms = {(r["model"], r["weights"], r["batch"], r["executor"]): r["ms_per_frame"] for r in rows}
-for m, w, b in sorted({(r["model"], r["weights"], r["batch"]) for r in rows}):
-    lat, tput = ms.get((m, w, b, "lat")), ms.get((m, w, b, "tput"))
-    win = "" if lat is None or tput is None else ("lat" if lat < tput else "tput")
-    print(f"crossover {m} {w} B{b}: lat {lat} tput {tput} ms a frame -> {win}")
-EOF
-    fi
+    # exec_ab
+    [ -n "${PRE_XOVER:-}" ] && xover_run build-ab/pre0/exec_ab "$PRE_XOVER" "$OUT/xover.jsonl" | tee -a "$S"
     log "side: $(cat build-ab/pre1/SIDE)"
     DD_TEST_QUICK=1 DD_TEST_ONLY=test_tput timeout 100 build-ab/pre1/test_cuda >"$OUT/side_test_tput.log" 2>&1
     log "side test_tput quick rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/side_test_tput.log" | tr '\n' ' ')"
     : >"$OUT/exec_ab.jsonl"
     IFS='|' read -r -a specs <<<"${PRE_SPECS:-gpt bf16 10 256|csm bf16 6 256}"
     grep -q '^\[  PASSED  \] 1 test' "$OUT/side_test_tput.log" || { log "side failed its test: not timed"; specs=(); }
-    for spec in "${specs[@]}"; do
-        read -r m w fr b <<<"$spec"
-        for r in $(seq "${PRE_ROUNDS:-3}"); do
-            for s in 0 1; do
-                EXEC_AB_NOLAT=1 EXEC_AB_NOFRAME=1 timeout 60 build-ab/pre$s/exec_ab "$m" "$w" "$fr" "$b" 2>/dev/null |
-                    tail -1 | sed "s/^{/{\"side\": $s, \"spec\": \"$spec\", /" >>"$OUT/exec_ab.jsonl"
-            done
-        done
-    done
-    python3 - "$OUT/exec_ab.jsonl" <<'EOF' | tee -a "$S"
-import collections, json, statistics, sys
-by = collections.OrderedDict()
-for l in open(sys.argv[1]):
-    if l.strip():
-        r = json.loads(l)
-        by.setdefault(r["spec"], {}).setdefault(r["side"], []).append((r["ms_per_frame"], r.get("codes_hash", "")))
-for spec, s in by.items():
-    m = {k: statistics.median(x for x, _ in v) for k, v in s.items()}
-    h = {x for v in s.values() for _, x in v}
-    print(spec, "base", m.get(0), "side", m.get(1), "ratio", round(m[1] / m[0], 4) if 0 in m and 1 in m else None,
-          "codes agree" if len(h) == 1 else "CODES DIFFER")
-EOF
+    [ ${#specs[@]} -gt 0 ] && ab_time "$OUT/exec_ab.jsonl" "${PRE_ROUNDS:-3}" "$(IFS='|'; echo "${specs[*]}")" \
+        0=build-ab/pre0/exec_ab 1=build-ab/pre1/exec_ab
+    python3 dev/cuda/side_medians.py "$OUT/exec_ab.jsonl" | tee -a "$S"
     # PRE_NCU ("model weights batch|..."): then ncu metrics of every tp_ kernel of one frame from pre0's exec_ab, by
     # kernel and by the linear a launch serves (dev/cuda/ncu_roles.py); within PRE_CAP_S of the call's start
     if [ -n "${PRE_NCU:-}" ]; then

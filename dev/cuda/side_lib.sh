@@ -27,3 +27,38 @@ side_build() {
     log "side $C build ($*) rc $rc ($(el))"
     [ $rc = 0 ] && dev_prog exec_ab "$C/build-cuda"
 }
+
+# On the device, for a call that runs binaries built here (no build): the CUDA runtime on the library path, the
+# decoder's timeout, the carried .debs/ (cmocka, jansson) unpacked.
+device_env() {
+    export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} DD_CUDA_TIMEOUT_S=5
+    for f in .debs/*.deb; do dpkg -x "$f" /; done
+    ldconfig
+}
+
+# The latency / throughput crossover: `xover_run EXE "model weights frames batches...|..." JSONL`: exec_ab EXE with
+# both executors a batch (no frame kernel), its lines appended to JSONL, the faster executor a batch printed.
+xover_run() {
+    local exe=$1 x xs
+    IFS='|' read -r -a xs <<<"$2"
+    for x in "${xs[@]}"; do
+        EXEC_AB_NOFRAME=1 timeout 120 "$exe" $x 2>>"$3.err" >>"$3" || echo "xover $x: exec_ab rc $?"
+    done
+    python3 dev/cuda/side_medians.py --xover "$3"
+}
+
+# Sides timed alternating: `ab_time JSONL ROUNDS "model weights frames batch|..." SIDE=EXE...`: ROUNDS rounds of each
+# spec, each side's exec_ab (throughput executor only) in turn, its line tagged with the side and the spec.
+ab_time() {
+    local out=$1 rounds=$2 spec specs r se
+    IFS='|' read -r -a specs <<<"$3"
+    shift 3
+    for spec in "${specs[@]}"; do
+        for r in $(seq "$rounds"); do
+            for se in "$@"; do
+                EXEC_AB_NOLAT=1 EXEC_AB_NOFRAME=1 timeout 60 "${se#*=}" $spec 2>/dev/null | tail -1 |
+                    sed "s/^{/{\"side\": ${se%%=*}, \"spec\": \"$spec\", /" >>"$out"
+            done
+        done
+    done
+}

@@ -21,9 +21,8 @@ prebuild)
 run)
     OUT=${OUT:-/tmp/tp_tl}
     mkdir -p "$OUT"
-    export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} DD_CUDA_TIMEOUT_S=5
-    for f in .debs/*.deb; do dpkg -x "$f" /; done
-    ldconfig
+    source dev/cuda/side_lib.sh
+    device_env
     S=$OUT/summary.txt
     log() { echo "$@" | tee -a "$S"; }
     log "# tp_tl $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"

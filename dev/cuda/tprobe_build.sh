@@ -32,51 +32,18 @@ if [ "${1:-}" != run ]; then
 fi
 OUT=${OUT:-/tmp/tprobe}
 mkdir -p "$OUT"
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} DD_CUDA_TIMEOUT_S=5
-for f in .debs/*.deb; do dpkg -x "$f" /; done
-ldconfig
+device_env
 S=$OUT/summary.txt T0=$(date +%s)
 log() { echo "$@" | tee -a "$S"; }
 log "# tprobe $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
 sides="0 ${TP_SIDES:-1 8 2 4}"
 # TP_XOVER ("model weights frames batches...|..."): first both executors a batch from pre0 (the crossover)
-if [ -n "${TP_XOVER:-}" ]; then
-    IFS='|' read -r -a xs <<<"$TP_XOVER"
-    for x in "${xs[@]}"; do
-        EXEC_AB_NOFRAME=1 timeout 100 build-ab/pre0/exec_ab $x 2>>"$OUT/xover.err" >>"$OUT/xover.jsonl"
-        log "xover $x rc $? ($(($(date +%s) - T0)) s)"
-    done
-    python3 - "$OUT/xover.jsonl" <<'PY' | tee -a "$S"
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-ms = {(r["model"], r["weights"], r["batch"], r["executor"]): r["ms_per_frame"] for r in rows}
-for m, w, b in sorted({(r["model"], r["weights"], r["batch"]) for r in rows}):
-    lat, tput = ms.get((m, w, b, "lat")), ms.get((m, w, b, "tput"))
-    win = "" if lat is None or tput is None else ("lat" if lat < tput else "tput")
-    print(f"crossover {m} {w} B{b}: lat {lat} tput {tput} ms a frame -> {win}")
-PY
-fi
-exe() { [ "$1" = 0 ] && echo build-ab/pre0/exec_ab || echo "build-ab/tp$1/exec_ab"; }
+[ -n "${TP_XOVER:-}" ] && xover_run build-ab/pre0/exec_ab "$TP_XOVER" "$OUT/xover.jsonl" | tee -a "$S"
 : >"$OUT/exec_ab.jsonl"
-IFS='|' read -r -a specs <<<"${TP_SPECS:-gpt bf16 10 256|gpt bf16 10 64}"
-for spec in "${specs[@]}"; do
-    for r in 1 2; do
-        for s in $sides; do
-            EXEC_AB_NOLAT=1 EXEC_AB_NOFRAME=1 timeout 60 $(exe $s) $spec 2>/dev/null | tail -1 |
-                sed "s/^{/{\"side\": $s, \"spec\": \"$spec\", /" >>"$OUT/exec_ab.jsonl"
-        done
-    done
-done
-python3 - "$OUT/exec_ab.jsonl" <<'PY' | tee -a "$S"
-import collections, json, statistics, sys
-by = collections.OrderedDict()
-for l in open(sys.argv[1]):
-    if l.strip():
-        r = json.loads(l)
-        by.setdefault(r["spec"], collections.OrderedDict()).setdefault(r["side"], []).append(r["ms_per_frame"])
-for spec, s in by.items():
-    print(spec, " ".join(f"side {k}: {statistics.median(v):.3f}" for k, v in s.items()), "ms a frame (medians)")
-PY
+pairs=()
+for s in $sides; do pairs+=("$s=$(exe $s)"); done
+ab_time "$OUT/exec_ab.jsonl" 2 "${TP_SPECS:-gpt bf16 10 256|gpt bf16 10 64}" "${pairs[@]}"
+python3 dev/cuda/side_medians.py "$OUT/exec_ab.jsonl" | tee -a "$S"
 if [ "${TP_NCU:-1}" = 1 ]; then
     for s in ${TP_NCU_SIDES:-$sides}; do
         [ $(($(date +%s) - T0)) -lt ${TP_CAP_S:-480} ] || { log "ncu side $s: skipped (time)"; continue; }
