@@ -605,20 +605,20 @@ static dd_status cuda_init(dd_decoder *d, dd_error *err) {
     /* Where the throughput executor covers the model, it takes every batch past the crossover; else it is not used
      * (the latency executor's groups up to 48 streams, the frame kernel above). The crossover, measured with both
      * executors a batch (dev/cuda/exec_ab.c, 2026-12-06 20:2x-20:3x UTC, H100 and H200; docs/cuda_results.md): the
-     * latency executor is the faster at 1-3 streams where a pass's weights are 16-bit and at most 128 MB (GPT dims
+     * latency executor is the faster at 1-3 streams where a pass's weights are bf16 and at most 128 MB (GPT dims
      * bf16, 100 MB: B3 4.91 against 5.08 ms, B4 5.64 against 5.01), at one stream elsewhere (CSM dims bf16 / q8,
      * GPT q8, Qwen3-TTS bf16: the throughput executor faster from B2; GPT q4 within 2 % at B1). */
     st->tp_min = INT_MAX;
     if (tp_covers(st->tp)) {
         const int v = st->h_prog[PROG_DECODE] ? PROG_DECODE : PROG_DECODE_C0;
         double bytes = 0.0; /* the frame program's weight bytes, then a pass's (a sampling op ends a pass) */
-        int wide = 1, passes = 0; /* wide: every linear's weights 16-bit */
+        int wide = 1, passes = 0; /* wide: every linear's weights bf16 (the tile's 16-bit type) */
         for (int i = 0; i < st->nprog[v]; i++) {
             const cu_op *o = &st->h_prog[v][i];
             passes += o->type == CU_OP_SAMPLE;
             if (o->type != CU_OP_LINEAR) continue;
             bytes += (double)o->lin.w.MT * o->lin.w.KT * o->lin.w.tile_bytes;
-            if (o->lin.w.type != DD_BF16 && o->lin.w.type != DD_F16) wide = 0;
+            if (o->lin.w.type != DD_BF16) wide = 0;
         }
         if (passes > 1) bytes /= passes;
         const int cross = wide && bytes <= 128.0 * (1 << 20) ? 3 : 1;
