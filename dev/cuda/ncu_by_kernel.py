@@ -33,9 +33,11 @@ def read_launches(path):
 def main():
     rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
     h = rows[0]
-    ki, ui, vi = h.index("Kernel Name"), h.index("Metric Unit"), h.index("Metric Value")
+    ki, ni, ui, vi = h.index("Kernel Name"), h.index("Metric Name"), h.index("Metric Unit"), h.index("Metric Value")
     agg = collections.defaultdict(lambda: [0, 0.0])
     for r in rows[1:]:
+        if r[ni] != "gpu__time_duration.sum":  # other metrics of the same launches (ncu_roles.py's CSVs)
+            continue
         try:
             v = float(r[vi].replace(",", "")) * SCALE.get(r[ui], 1.0)
         except ValueError:
