@@ -19,17 +19,6 @@ mkdir -p "$R"
 log() { echo "$@"; }
 el() { echo "-"; }
 source dev/cuda/side_lib.sh
-# side_build's copy of the tree (patches $3...) at /tmp/prebuilt_$1, its programs $2 (a list) stripped into
-# build-ab/$1:   pre_side DIR "PROGRAMS" PATCH...
-pre_side() {
-    local dir=build-ab/$1 progs=$2 C=/tmp/prebuilt_$1 p
-    shift 2
-    rm -rf "$dir" && mkdir -p "$dir" && side_build "$C" "$@" || return 1
-    for p in $progs; do cp "$C/build-cuda/$p" "$dir/" || return 1; done
-    strip --strip-debug "$dir"/*
-    echo "$*" >"$dir/SIDE"
-    du -sh "$dir"
-}
 case ${1:-} in
 prebuild)
     pre_side pre0 exec_ab && pre_side pre1 "exec_ab test_cuda" ${PRE_SIDE//,/ } || exit 1

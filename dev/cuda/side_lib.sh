@@ -9,23 +9,41 @@ dev_prog() {
         -lpthread -o "$d/$1" >>"$R/build_$1.log" 2>&1 || { rm -f "$d/$1"; log "$1 build failed ($d)"; return 1; }
 }
 
-# A side for an A/B: a copy of the tree at $1 with the patches $2... applied in order (patch -p1), built like $B
-# (the carried objects reused: only the patched files are rebuilt), with exec_ab linked against it. Returns 1 when a
-# patch does not apply or the side does not build (its copied programs would be the base's); log in
-# $R/build_<folder>.log.
+# A side for an A/B: a copy of the tree at $1 with the patches $2... applied in order (patch -p1; a path relative to
+# the tree or absolute), built like $B (the carried objects reused: only the patched files are rebuilt), with exec_ab
+# linked against it. Returns 1 when a patch does not apply or the side does not build (its copied programs would be
+# the base's); log in $R/build_<folder>.log, where ptxas serialising wgmma (C7518) is also said.
 side_build() {
-    local C=$1 root=$PWD rc
+    local C=$1 root=$PWD rc f
     shift
     rm -rf "$C" && mkdir -p "$C"
     tar cf - --exclude=./.git --exclude=./.raysite --exclude=./build-ab . | (cd "$C" && tar xf -)
     for p in "$@"; do
-        (cd "$C" && patch -p1 --forward --quiet <"$root/$p") || { log "side $C: $p does not apply"; return 1; }
+        case $p in /*) f=$p ;; *) f=$root/$p ;; esac
+        (cd "$C" && patch -p1 --forward --quiet <"$f") || { log "side $C: $p does not apply"; return 1; }
     done
     (cd "$C" && make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda -j"$(nproc)" ${MAKE_TARGET-tests}) \
         >"$R/build_$(basename "$C").log" 2>&1
     rc=$?
     log "side $C build ($*) rc $rc ($(el))"
+    grep -q C7518 "$R/build_$(basename "$C").log" && log "side $C: ptxas serialises wgmma (C7518): not comparable"
     [ $rc = 0 ] && dev_prog exec_ab "$C/build-cuda"
+}
+
+# A side built here for a call without nvcc: side_build's copy of the tree (patches $3...) at /tmp/prebuilt_$1, its
+# programs $2 (a list; dev/cuda/<name>.c ones linked against it first) stripped into build-ab/$1, the patches named
+# in build-ab/$1/SIDE:   pre_side DIR "PROGRAMS" PATCH...
+pre_side() {
+    local dir=build-ab/$1 progs=$2 C=/tmp/prebuilt_$1 p
+    shift 2
+    rm -rf "$dir" && mkdir -p "$dir" && side_build "$C" "$@" || return 1
+    for p in $progs; do
+        if [ "$p" != exec_ab ] && [ -f "dev/cuda/$p.c" ]; then dev_prog "$p" "$C/build-cuda" || return 1; fi
+        cp "$C/build-cuda/$p" "$dir/" || return 1
+    done
+    strip --strip-debug "$dir"/*
+    echo "$*" >"$dir/SIDE"
+    du -sh "$dir"
 }
 
 # On the device, for a call that runs binaries built here (no build): the CUDA runtime on the library path, the

@@ -13,10 +13,7 @@ prebuild)
     log() { echo "$@"; }
     el() { echo "-"; }
     source dev/cuda/side_lib.sh
-    side_build /tmp/tl_side dev/cuda/tput_tl.patch && dev_prog tp_tl /tmp/tl_side/build-cuda || exit 1
-    rm -rf build-ab/tl && mkdir -p build-ab/tl &&
-        cp /tmp/tl_side/build-cuda/tp_tl /tmp/tl_side/build-cuda/test_cuda build-ab/tl/ &&
-        strip --strip-debug build-ab/tl/* && echo dev/cuda/tput_tl.patch >build-ab/tl/SIDE && du -sh build-ab/tl
+    pre_side tl "tp_tl test_cuda" dev/cuda/tput_tl.patch || exit 1
     ;;
 run)
     OUT=${OUT:-/tmp/tp_tl}

@@ -3,8 +3,8 @@
 #   bash dev/cuda/tprobe_build.sh 1 8 2 4     -> build-ab/tp<bits>/exec_ab, one side a TP_PROBE value
 # then on the device (carry build-ab/pre0 and the build-ab/tp* folders, .debs):
 #   TP_SIDES="1 8 2 4" OUT=$OUT bash dev/cuda/tprobe_build.sh run   (exec_ab GPT bf16 B256 / B64 base and sides
-#   alternating, medians in $OUT/summary.txt; TP_XOVER first: the crossover from pre0; TP_NCU=1 (TP_NCU_SIDES): ncu of tp_linear / tp_attend / tp_sample durations a side,
-#   by linear kind, dev/cuda/ncu_roles.py)
+#   alternating, medians in $OUT/summary.txt; TP_XOVER first: the crossover from pre0; TP_NCU=1 (TP_NCU_SIDES):
+#   ncu of tp_linear / tp_attend / tp_sample durations a side, by linear kind, dev/cuda/ncu_roles.py)
 set -u -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 R=/tmp/prebuilt_logs B=build-cuda
@@ -13,20 +13,15 @@ log() { echo "$@"; }
 el() { echo "-"; }
 source dev/cuda/side_lib.sh
 if [ "${1:-}" != run ]; then
-    for bits in "$@"; do
-        C=/tmp/tprobe_$bits
-        rm -rf "$C" && mkdir -p "$C"
-        tar cf - --exclude=./.git --exclude=./.raysite --exclude=./build-ab . | (cd "$C" && tar xf -)
-        (cd "$C" && patch -p1 --forward --quiet <dev/cuda/tput_tprobe.patch &&
-            sed -i "s/^#define TP_PROBE 0 /#define TP_PROBE $bits /" src/cuda/tput.cu &&
-            grep -q "^#define TP_PROBE $bits " src/cuda/tput.cu &&
-            make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda -j2 lib) >"$R/tprobe_$bits.log" 2>&1 || {
-            echo "side $bits does not build ($R/tprobe_$bits.log)"; exit 1; }
-        grep -q C7518 "$R/tprobe_$bits.log" && echo "side $bits: ptxas serialises wgmma (C7518)"
-        dev_prog exec_ab "$C/build-cuda" || exit 1
-        rm -rf "build-ab/tp$bits" && mkdir -p "build-ab/tp$bits" && cp "$C/build-cuda/exec_ab" "build-ab/tp$bits/" &&
-            strip --strip-debug "build-ab/tp$bits/exec_ab" && echo "$bits" >"build-ab/tp$bits/SIDE"
-        du -sh "build-ab/tp$bits"
+    root=$PWD
+    for bits in "$@"; do # the probe patch, then a patch of its define to the side's bits
+        t=/tmp/tprobe_bits_$bits
+        rm -rf "$t" && mkdir -p "$t/a/src/cuda" "$t/b/src/cuda" && cp src/cuda/tput.cu "$t/a/src/cuda/" &&
+            (cd "$t/a" && patch -p1 --quiet <"$root/dev/cuda/tput_tprobe.patch") &&
+            sed "s/^#define TP_PROBE 0 /#define TP_PROBE $bits /" "$t/a/src/cuda/tput.cu" >"$t/b/src/cuda/tput.cu" || exit 1
+        (cd "$t" && diff -u a/src/cuda/tput.cu b/src/cuda/tput.cu >bits.patch)
+        [ -s "$t/bits.patch" ] || { echo "side $bits: no TP_PROBE define to set"; exit 1; }
+        MAKE_TARGET=lib pre_side "tp$bits" exec_ab dev/cuda/tput_tprobe.patch "$t/bits.patch" || exit 1
     done
     exit 0
 fi
