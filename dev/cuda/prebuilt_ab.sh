@@ -14,10 +14,6 @@
 # of one frame by kernel and linear (ncu_roles.py). A PRE_SPECS spec names one batch.
 set -u -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-R=/tmp/prebuilt_logs B=build-cuda
-mkdir -p "$R"
-log() { echo "$@"; }
-el() { echo "-"; }
 source dev/cuda/side_lib.sh
 case ${1:-} in
 prebuild)
@@ -27,12 +23,7 @@ prebuild-force)
     pre_side pref exec_ab dev/cuda/tput_force.patch || exit 1
     ;;
 run)
-    OUT=${OUT:-/tmp/prebuilt_ab}
-    mkdir -p "$OUT"
-    device_env
-    S=$OUT/summary.txt T0=$(date +%s)
-    log() { echo "$@" | tee -a "$S"; }
-    log "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader)"
+    device_run prebuilt_ab
     # PRE_XOVER ("model weights frames batches...|..."): first the crossover, both executors a batch from pre0's
     # exec_ab
     [ -n "${PRE_XOVER:-}" ] && xover_run build-ab/pre0/exec_ab "$PRE_XOVER" "$OUT/xover.jsonl" | tee -a "$S"

@@ -1,5 +1,11 @@
-# Sourced by call_env.sh (device calls) and prebuilt_ab.sh (here): building a program of dev/cuda and a patched side.
-# Needs R (the log folder), B (the default build folder) and the functions log and el from the caller.
+# Sourced by call_env.sh (device calls) and the prebuilt-side scripts (prebuilt_ab.sh, tprobe_build.sh, tp_tl_run.sh):
+# building a program of dev/cuda and a patched side, and the start of a call that runs binaries built here. Uses R
+# (the log folder), B (the default build folder) and the functions log and el where the caller set them; else here:
+# /tmp/prebuilt_logs, build-cuda, echo, "-".
+: "${R:=/tmp/prebuilt_logs}" "${B:=build-cuda}"
+mkdir -p "$R"
+declare -F log >/dev/null || log() { echo "$@"; }
+declare -F el >/dev/null || el() { echo "-"; }
 
 # dev/cuda/$1.c linked against the library of the build folder $2 (default $B) into $2/$1; log in $R/build_$1.log.
 # Returns 1 when it does not build (the folder's older program is removed, so it is never run in its place).
@@ -52,6 +58,17 @@ device_env() {
     export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} DD_CUDA_TIMEOUT_S=5
     for f in .debs/*.deb; do dpkg -x "$f" /; done
     ldconfig
+}
+
+# The start of such a call, `device_run NAME`: OUT (default /tmp/NAME) made, device_env, S = $OUT/summary.txt, T0 now,
+# log() appending to S, and a first line with the date and the GPU.
+device_run() {
+    OUT=${OUT:-/tmp/$1}
+    mkdir -p "$OUT"
+    device_env
+    S=$OUT/summary.txt T0=$(date +%s)
+    log() { echo "$@" | tee -a "$S"; }
+    log "# $1 $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader)"
 }
 
 # The latency / throughput crossover: `xover_run EXE "model weights frames batches...|..." JSONL`: exec_ab EXE with

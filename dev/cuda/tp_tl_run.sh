@@ -6,23 +6,13 @@
 #           B256) into $OUT/tl_*.csv, reported by dev/cuda/tp_tl_report.py in $OUT/summary.txt
 set -u -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+source dev/cuda/side_lib.sh
 case ${1:-} in
 prebuild)
-    R=/tmp/prebuilt_logs B=build-cuda
-    mkdir -p "$R"
-    log() { echo "$@"; }
-    el() { echo "-"; }
-    source dev/cuda/side_lib.sh
     pre_side tl "tp_tl test_cuda" dev/cuda/tput_tl.patch || exit 1
     ;;
 run)
-    OUT=${OUT:-/tmp/tp_tl}
-    mkdir -p "$OUT"
-    source dev/cuda/side_lib.sh
-    device_env
-    S=$OUT/summary.txt
-    log() { echo "$@" | tee -a "$S"; }
-    log "# tp_tl $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+    device_run tp_tl
     DD_TEST_QUICK=1 DD_TEST_ONLY=test_tput timeout 120 build-ab/tl/test_cuda >"$OUT/side_test_tput.log" 2>&1
     log "side test_tput quick rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/side_test_tput.log" | tr '\n' ' ')"
     IFS='|' read -r -a specs <<<"${TL_SPECS:-gpt bf16 256|gpt bf16 64|gpt bf16 8|csm bf16 256}"

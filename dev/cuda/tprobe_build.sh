@@ -7,10 +7,6 @@
 #   ncu of tp_linear / tp_attend / tp_sample durations a side, by linear kind, dev/cuda/ncu_roles.py)
 set -u -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-R=/tmp/prebuilt_logs B=build-cuda
-mkdir -p "$R"
-log() { echo "$@"; }
-el() { echo "-"; }
 source dev/cuda/side_lib.sh
 if [ "${1:-}" != run ]; then
     root=$PWD
@@ -25,13 +21,9 @@ if [ "${1:-}" != run ]; then
     done
     exit 0
 fi
-OUT=${OUT:-/tmp/tprobe}
-mkdir -p "$OUT"
-device_env
-S=$OUT/summary.txt T0=$(date +%s)
-log() { echo "$@" | tee -a "$S"; }
-log "# tprobe $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+device_run tprobe
 sides="0 ${TP_SIDES:-1 8 2 4}"
+exe() { [ "$1" = 0 ] && echo build-ab/pre0/exec_ab || echo "build-ab/tp$1/exec_ab"; }
 # TP_XOVER ("model weights frames batches...|..."): first both executors a batch from pre0 (the crossover)
 [ -n "${TP_XOVER:-}" ] && xover_run build-ab/pre0/exec_ab "$TP_XOVER" "$OUT/xover.jsonl" | tee -a "$S"
 : >"$OUT/exec_ab.jsonl"
