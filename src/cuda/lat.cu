@@ -466,10 +466,13 @@ __device__ void lt_producer(const lt_sm me) {
  * the weights in shared memory: wt = the chunk's first tile (tiles tile_bytes apart), sbp = the (s, b) rows of its
  * first group (QINT), brow = this lane's activation row at the chunk's first column, tv = tokens valid in the
  * n-tile, as0/as1 = group sums of this lane's two tokens (QINT, groups from the chunk's first, stride 1). */
-template <int TYPE, int WM>
-__device__ __forceinline__ void lt_chunk(float (&p)[4], const cu_mat &w, int mt, int kt0, int nkt, const uint8_t *wt,
+template <int TYPE, int WM, bool FULL = false>
+__device__ __forceinline__ void lt_chunk(float (&p)[4], const cu_mat &w, int mt, int kt0, int nkt_, const uint8_t *wt,
                                          const uint8_t *sbp, const uint32_t *brow, bool gv, const float *as0,
                                          const float *as1, int lane) {
+    /* FULL: a whole chunk (nkt == CU_CKT), so no k-tile is guarded: ptxas can load a k-tile's activations ahead of
+     * the mma chain instead of behind a branch each */
+    const int nkt = FULL ? CU_CKT : nkt_;
     const int g = lane >> 2;
     constexpr bool FAST = WM == WM_BF16 || WM == WM_F16 || WM == WM_QINT;
     cu_raw_frag raw[FAST ? CU_CKT : 1];
@@ -488,7 +491,15 @@ __device__ __forceinline__ void lt_chunk(float (&p)[4], const cu_mat &w, int mt,
         if (i < nkt) {
             if (!FAST) cu_load_raw<TYPE, true>(raw[0], wt + (size_t)i * w.tile_bytes, lane);
             uint32_t b[1][4] = {{0u, 0u, 0u, 0u}};
-            if (gv) {
+            if (FULL) { /* brow is a staged row for every lane (the caller clamps the token): loads without a
+                         * branch, the padding tokens' terms selected to 0, so no branch (and warp sync) between the
+                         * k-tiles' mmas and the loads can run ahead of them */
+                const uint2 l0 = *(const uint2 *)(brow + i * 16), l8 = *(const uint2 *)(brow + i * 16 + 8);
+                b[0][0] = gv ? cu_hi_pair(l0.x, l0.y) : 0u;
+                b[0][1] = gv ? cu_hi_pair(l8.x, l8.y) : 0u;
+                b[0][2] = gv ? cu_lo_pair(l0.x, l0.y) : 0u;
+                b[0][3] = gv ? cu_lo_pair(l8.x, l8.y) : 0u;
+            } else if (gv) {
                 uint2 l0 = *(const uint2 *)(brow + i * 16), l8 = *(const uint2 *)(brow + i * 16 + 8);
                 b[0][0] = cu_hi_pair(l0.x, l0.y);
                 b[0][1] = cu_hi_pair(l8.x, l8.y);
@@ -716,7 +727,8 @@ __device__ __forceinline__ int lt_linear(const lt_step st, int l, int v) {
         const int items = nmt * nc * NTG;
 #pragma unroll 1
         for (int it = warp; it < items; it += LT_NW) {
-            const int nt = NTG == 1 ? 0 : it & 1, r = NTG == 1 ? it : it >> 1, ci = r / nmt, mtl = r - ci * nmt;
+            const int nt = NTG == 1 ? 0 : it & 1, r = NTG == 1 ? it : it >> 1;
+            const int ci = nmt == 1 ? r : nmt == 2 ? r >> 1 : r / nmt, mtl = r - ci * nmt;
             const int ktc = (c0 + ci) * CU_CKT, nkt = min(CU_CKT, KT - ktc);
             const int t0 = nt * 8 + g, ta = nt * 8 + 2 * cq;
             const uint32_t *brow = S.act + (size_t)min(t0, T - 1) * SR + (ktc - kw0) * 16 + 2 * cq;
@@ -729,8 +741,12 @@ __device__ __forceinline__ int lt_linear(const lt_step st, int l, int v) {
                 if (ta + 1 < T) as1 = S.asum + (ta + 1) * ngw + (gc - gw0);
             }
             float p[4];
-            lt_chunk<TYPE, WM>(p, w, st.u0 * halves + mtl, ktc, nkt, wbase + ((size_t)mtl * nktp + (ktc - kt0)) * w.tile_bytes,
-                               sbp, brow, t0 < T, as0, as1, lane);
+            const uint8_t *wt = wbase + ((size_t)mtl * nktp + (ktc - kt0)) * w.tile_bytes;
+            constexpr bool FASTW = WM == WM_BF16 || WM == WM_F16 || WM == WM_QINT;
+            if (FASTW && nkt == CU_CKT)
+                lt_chunk<TYPE, WM, true>(p, w, st.u0 * halves + mtl, ktc, nkt, wt, sbp, brow, t0 < T, as0, as1, lane);
+            else
+                lt_chunk<TYPE, WM>(p, w, st.u0 * halves + mtl, ktc, nkt, wt, sbp, brow, t0 < T, as0, as1, lane);
             S.part[(((segc + ci) * nmt + mtl) * NTG + nt) * 32 + lane] = make_float4(p[0], p[1], p[2], p[3]);
         }
         __syncwarp();
