@@ -124,6 +124,16 @@ cuda_test() {
     grep -E "^\[  FAILED|^\[   LINE" "$R/$name.log" | head -4 | tee -a "$S"
 }
 
+# compute-sanitizer TOOL on test_executors (quick Q) of $B/test_cuda, the log in $R/TOOL_executors.log
+#   exec_san TOOL Q     (land_call.sh, latcheck_call.sh)
+exec_san() {
+    local tool=$1 q=$2
+    DD_CUDA_TIMEOUT_S=120 DD_TEST_QUICK=$q DD_TEST_ONLY=test_executors timeout 240 \
+        compute-sanitizer --tool $tool $B/test_cuda >"$R/${tool}_executors.log" 2>&1
+    log "$tool test_executors (quick $q) rc $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED' \
+        "$R/${tool}_executors.log" | tr '\n' ' ') ($(el))"
+}
+
 # compute-sanitizer memcheck (SAN_TOOL=initcheck: that tool) on test_tput (quick 2) of $2 (a test_cuda binary), with
 # the VAR=value assignments after it; the log in $R/$1.log.   cuda_memcheck NAME BIN [VAR=value ...]
 cuda_memcheck() {

@@ -41,11 +41,7 @@ if [[ $PART == *check* ]]; then
     for tq in memcheck:2 racecheck:3; do # quick 3: racecheck's cases (quick 2 outlasts 400 s under racecheck)
         [ "${EXEC_SAN:-1}" = 1 ] || break
         tool=${tq%:*} q=${tq#*:}
-        fits 90 "$tool test_executors" || continue
-        DD_CUDA_TIMEOUT_S=120 DD_TEST_QUICK=$q DD_TEST_ONLY=test_executors timeout 240 \
-            compute-sanitizer --tool $tool $B/test_cuda >"$R/${tool}_executors.log" 2>&1
-        log "$tool test_executors (quick $q) rc $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED' \
-            "$R/${tool}_executors.log" | tr '\n' ' ') ($(el))"
+        fits 90 "$tool test_executors" && exec_san $tool $q
     done
     fits 60 "memcheck test_tput" && cuda_memcheck memcheck_tput $B/test_cuda
     if [ -n "${CHECK_MORE-}${INITCHECK-}" ] && fits 60 "initcheck test_tput"; then

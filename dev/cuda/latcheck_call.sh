@@ -7,12 +7,7 @@ CALL=latcheck source "$(dirname "$0")/call_env.sh"
 unset DD_TEST_QUICK
 fits 60 "test_executors" && cuda_test executors_full $B/test_cuda test_executors 150
 for tq in memcheck:2 racecheck:3 initcheck:2; do
-    tool=${tq%:*} q=${tq#*:}
-    fits 90 "$tool test_executors" || continue
-    DD_CUDA_TIMEOUT_S=120 DD_TEST_QUICK=$q DD_TEST_ONLY=test_executors timeout 200 \
-        compute-sanitizer --tool $tool $B/test_cuda >"$R/${tool}_executors.log" 2>&1
-    log "$tool test_executors (quick $q) rc $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED' \
-        "$R/${tool}_executors.log" | tr '\n' ' ') ($(el))"
+    fits 90 "${tq%:*} test_executors" && exec_san ${tq%:*} ${tq#*:}
 done
 fits 60 "test_cuda all quick" && cuda_test all_quick $B/test_cuda "" 150 DD_TEST_QUICK=1 DD_TEST_ONLY=
 (cd "$OUT" && tar czf work.tgz work && rm -rf work)
