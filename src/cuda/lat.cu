@@ -464,8 +464,8 @@ __device__ void lt_producer(const lt_sm me) {
 
 /* The partial of chunk (m-tile mt, k-tiles kt0 .. kt0 + nkt) for one n-tile, as cu_chunk_small computes it, with
  * the weights in shared memory: wt = the chunk's first tile (tiles tile_bytes apart), sbp = the (s, b) rows of its
- * first group (QINT), brow = this lane's activation row at the chunk's first column, tv = tokens valid in the
- * n-tile, as0/as1 = group sums of this lane's two tokens (QINT, groups from the chunk's first, stride 1). */
+ * first group (QINT), brow = this lane's activation row at the chunk's first column (a staged row for every lane),
+ * gv = the lane's token is valid (else its terms are 0), as0/as1 = group sums of this lane's two tokens (QINT, groups from the chunk's first, stride 1). */
 template <int TYPE, int WM, bool FULL = false>
 __device__ __forceinline__ void lt_chunk(float (&p)[4], const cu_mat &w, int mt, int kt0, int nkt_, const uint8_t *wt,
                                          const uint8_t *sbp, const uint32_t *brow, bool gv, const float *as0,
