@@ -548,8 +548,7 @@ static void executors(const char *kind, dd_dtype wt, int n) { executors_vs(kind,
 
 /* The default crossover where the throughput executor takes every linear (backend.cu, from exec_ab's measurements
  * of 2026-12-06): the latency executor up to 3 streams when a pass's weights are bf16 and at most 128 MB, else one
- * stream. Checked only where the throughput executor covers the model (elsewhere the latency executor's own
- * bound stays). */
+ * stream. The models named here must be ones the throughput executor covers entirely: the check fails otherwise. */
 static void crossover_is(const char *kind, dd_dtype wt, int want) {
     dd_model *m;
     dd_error e;
