@@ -230,4 +230,14 @@ __device__ __forceinline__ float cu_norm_val(float v, int k, int norm, float mea
     return n;
 }
 
+/* cu_norm_val's arithmetic on a column's weight w and bias b already loaded (hasb: the norm has biases), for a
+ * caller that loads them early (lat.cu). Kept apart: cu_norm_val written through it let nvcc hoist the bias load in
+ * the frame and throughput kernels (their SASS changed). */
+__device__ __forceinline__ float cu_norm_wb(float v, float mean, float rstd, float w, float b, bool hasb) {
+    float n = (v - mean) * rstd;
+    n = n * w;
+    if (hasb) n = n + b;
+    return n;
+}
+
 #endif

@@ -57,6 +57,7 @@ extern "C" {
 #define LT_OPS_BYTES 8192   /* the op table, copied to shared memory at the start */
 #define LT_STEPS_BYTES 3072 /* this SM's steps (prelude and one pass) and its pieces' chunk ranges, likewise */
 #define LT_MAX_N 8 /* streams: at most 16 tokens per linear (two n-tiles) */
+#define LT_NPRE 3  /* a norm row of at most LT_NPRE LT_NC columns has its weights in registers for the normalise */
 #define LT_SMEM                                                                                                    \
     (LT_RING_BYTES + LT_ACT_BYTES + (LT_PART_SLOTS + LT_ACC_SLOTS) * 512 + LT_RES_FLOATS * 4 + LT_ASUM_FLOATS * 4 +   \
      LT_MISC_BYTES + LT_OPS_BYTES + LT_STEPS_BYTES)
@@ -564,6 +565,18 @@ __device__ __forceinline__ void lt_stage(int opi, int K, int group, int qint, in
         lt_poll_runs(E, T, nc, K - kb);
     }
     LT_PH(2);
+    /* A row of at most LT_NPRE LT_NC columns with a norm (not QINT): this thread's norm weights and biases loaded
+     * now, all at once, so the statistics phase hides their latency and the normalise below reads registers (the
+     * loop further down loads them an element at a time, each in its dependent chain). After the poll, so nothing
+     * is live across it (lat_nreg, loaded before the poll, lost to register pressure). */
+    const bool npre = norm != DD_NORM_NONE && !qint && kb == 0 && nc <= LT_NPRE * LT_NC;
+    float nwv[LT_NPRE], nbv[LT_NPRE];
+#pragma unroll
+    for (int j = 0; j < LT_NPRE; j++) {
+        const int k = tid + j * LT_NC;
+        nwv[j] = npre && k < K ? __ldg(op.nw + k) : 0.0f;
+        nbv[j] = npre && op.nb && k < K ? __ldg(op.nb + k) : 0.0f;
+    }
     lt_bar::sync();
     float *smean = S.stats, *srstd = S.stats + 16;
     if (norm != DD_NORM_NONE) {
@@ -600,6 +613,22 @@ __device__ __forceinline__ void lt_stage(int opi, int K, int group, int qint, in
         }
         s = cu_warp_sum(s);
         if (lane == 0) S.asum[t * ng + gl] = s;
+    }
+    if (npre) { /* cu_norm_val's arithmetic with the weights loaded above */
+#pragma unroll
+        for (int j = 0; j < LT_NPRE; j++) {
+            const int kk = tid + j * LT_NC;
+            if (kk >= nc) break;
+#pragma unroll 1
+            for (int t = 0; t < T; t++) {
+                uint32_t *row = S.act + (size_t)t * SR;
+                const float n = cu_norm_wb(((const float *)row)[kk], smean[t], srstd[t], nwv[j], nbv[j], op.nb != NULL);
+                row[kk] = kk < K ? cu_split_pack(n) : 0u;
+            }
+        }
+        lt_bar::sync();
+        LT_PH(4);
+        return;
     }
     /* a thread's columns over every row: the T rows' elements of a column share its norm weights and are
      * independent of each other (several in flight); each element as before, in place */
