@@ -3,7 +3,8 @@
 #   here:   PRE_SIDE="dev/cuda/a.patch,dev/cuda/b.patch" bash dev/cuda/prebuilt_ab.sh prebuild
 #           (build-ab/pre0: exec_ab of the tree as it is; build-ab/pre1: exec_ab and test_cuda of a patched copy;
 #           debug info stripped, ~16 MB together)
-#   device: OUT=$OUT bash dev/cuda/prebuilt_ab.sh run   (carry build-ab/pre0, build-ab/pre1, .debs)
+#           with PRE_SIDE2 also build-ab/pre2 (exec_ab and test_cuda of a second patched copy)
+#   device: OUT=$OUT bash dev/cuda/prebuilt_ab.sh run   (carry build-ab/pre0, build-ab/pre1 [, pre2], .debs)
 #   here:   bash dev/cuda/prebuilt_ab.sh prebuild-force   (build-ab/pref/exec_ab: the tree with tput_force.patch, for
 #           `CALL_NOBUILD=1 SWEEP_EXE=build-ab/pref/exec_ab ... bash dev/cuda/tp_sweep.sh`; carry build-ab/pref, .debs)
 # run: the side's test_tput quick first (not timed if it fails), then exec_ab (throughput executor only) base and
@@ -18,6 +19,8 @@ source dev/cuda/side_lib.sh
 case ${1:-} in
 prebuild)
     pre_side pre0 exec_ab && pre_side pre1 "exec_ab test_cuda" ${PRE_SIDE//,/ } || exit 1
+    rm -rf build-ab/pre2
+    [ -z "${PRE_SIDE2:-}" ] || pre_side pre2 "exec_ab test_cuda" ${PRE_SIDE2//,/ } || exit 1
     ;;
 prebuild-force)
     pre_side pref exec_ab dev/cuda/tput_force.patch || exit 1
@@ -27,14 +30,18 @@ run)
     # PRE_XOVER ("model weights frames batches...|..."): first the crossover, both executors a batch from pre0's
     # exec_ab
     [ -n "${PRE_XOVER:-}" ] && xover_run build-ab/pre0/exec_ab "$PRE_XOVER" "$OUT/xover.jsonl" | tee -a "$S"
-    log "side: $(cat build-ab/pre1/SIDE)"
-    DD_TEST_QUICK=1 DD_TEST_ONLY=test_tput timeout 100 build-ab/pre1/test_cuda >"$OUT/side_test_tput.log" 2>&1
-    log "side test_tput quick rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/side_test_tput.log" | tr '\n' ' ')"
     : >"$OUT/exec_ab.jsonl"
     IFS='|' read -r -a specs <<<"${PRE_SPECS:-gpt bf16 10 256|csm bf16 6 256}"
-    grep -q '^\[  PASSED  \] 1 test' "$OUT/side_test_tput.log" || { log "side failed its test: not timed"; specs=(); }
-    [ ${#specs[@]} -gt 0 ] && ab_time "$OUT/exec_ab.jsonl" "${PRE_ROUNDS:-3}" "$(IFS='|'; echo "${specs[*]}")" \
-        0=build-ab/pre0/exec_ab 1=build-ab/pre1/exec_ab
+    sides=(0=build-ab/pre0/exec_ab)
+    for i in 1 2; do # each side's test_tput quick first; a side that fails it is not timed
+        [ -d build-ab/pre$i ] || continue
+        log "side $i: $(cat build-ab/pre$i/SIDE)"
+        DD_TEST_QUICK=1 DD_TEST_ONLY=test_tput timeout 100 build-ab/pre$i/test_cuda >"$OUT/side${i}_test_tput.log" 2>&1
+        log "side $i test_tput quick rc $?: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/side${i}_test_tput.log" | tr '\n' ' ')"
+        if grep -q '^\[  PASSED  \] 1 test' "$OUT/side${i}_test_tput.log"; then sides+=($i=build-ab/pre$i/exec_ab)
+        else log "side $i failed its test: not timed"; fi
+    done
+    [ ${#sides[@]} -gt 1 ] && ab_time "$OUT/exec_ab.jsonl" "${PRE_ROUNDS:-3}" "$(IFS='|'; echo "${specs[*]}")" "${sides[@]}"
     python3 dev/cuda/side_medians.py "$OUT/exec_ab.jsonl" | tee -a "$S"
     # PRE_NCU ("model weights batch|..."): then ncu metrics of every tp_ kernel of one frame from pre0's exec_ab, by
     # kernel and by the linear a launch serves (dev/cuda/ncu_roles.py); within PRE_CAP_S of the call's start
