@@ -3,9 +3,10 @@
  * (dd_noise_words), u and g = (float)(-log(-log((double)u))) in double (dd_gumbel_word), s = fl(fl(z * invT) + g)
  * with __fmul_rn/__fadd_rn (dd_sample_score), order keys with NaN as -inf (dd_order_key), and ties to the lowest
  * index with the first candidate always taken (dd_sample_better: a level whose candidates all score -inf returns
- * the lowest one). What is the device's own is the parallel part: the exact K-th largest key by a 4-pass 8-bit
- * radix select over the block (integer histograms, so the order of the atomic adds does not matter) and the
- * block-wide argmax.
+ * the lowest one). What is the device's own is the parallel part: the keep set, from the 32-logit groups' maxima
+ * (the candidates at or above the K-th largest maximum, each kept by its rank among them) or else by the exact K-th
+ * largest key from a 4-pass 8-bit radix select over the block (integer counts: the order of the atomic adds does not
+ * matter), and the block-wide argmax.
  * One block samples one stream; then the drawn code's embedding row (+ learned position) is gathered as the next
  * pass's input. */
 #ifndef DD_CU_SAMPLE_CUH
@@ -62,9 +63,87 @@ static __device__ __forceinline__ void cu_block_best(float &s, int &i, const cu_
     BAR::sync();
 }
 
+/* The maximum of a warp's order keys. */
+__device__ __forceinline__ uint32_t cu_warp_max_u32(uint32_t v) {
+#if __CUDA_ARCH__ >= 800
+    return __reduce_max_sync(0xffffffffu, v);
+#else
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+#endif
+}
+
+/* The group-maximum bound of the keep threshold: the logits in groups of 32 (group g: indices 32 g .. 32 g + 31), a
+ * group's largest order key its maximum m_g. Any K of the maxima are K distinct logits, so the K-th largest maximum
+ * L (counting repeats) is at most the K-th largest key, and every logit of the keep set has a key >= L: these are
+ * the candidates. A candidate is kept iff fewer than K candidates have a larger key (every larger key is a
+ * candidate too). Needs K <= G (the number of groups) <= CU_SAMP_GMAX; at most CU_SAMP_CAP candidates are listed
+ * (S.hist: keys; the upper half of S.hist2: their indices, 16 bits; its lower half holds the maxima), more fall back
+ * to the radix select. With i.i.d. logits at V 2048, K 50 the candidates number ~90. */
+#define CU_SAMP_GMAX 96
+#define CU_SAMP_CAP 256
+
+/* L (as above) from the group maxima in S.hist2[0 .. G), by warp 0 into S.sel[1]; every thread then lists its
+ * logits with a key >= L. Returns the candidates' count (> CU_SAMP_CAP: not all listed). Whole block; the maxima
+ * are written and S.sel[0] is 0 before the barrier before this call. */
+template <class BAR, class LD>
+static __device__ int cu_samp_candidates(LD z, int V, int K, int G, const cu_samp_smem &S) {
+    const int tid = threadIdx.x, lane = tid & 31;
+    const uint32_t *gm = S.hist2;
+    if (tid < 32) { /* a maximum v is a bound when at least K maxima are >= v; L is the largest bound */
+        const uint32_t v0 = lane < G ? gm[lane] : 0u, v1 = lane + 32 < G ? gm[lane + 32] : 0u,
+                       v2 = lane + 64 < G ? gm[lane + 64] : 0u;
+        int c0 = 0, c1 = 0, c2 = 0;
+        if (G <= 64) {
+#pragma unroll 4
+            for (int j = 0; j < G; j++) {
+                const uint32_t o = gm[j];
+                c0 += o >= v0 ? 1 : 0;
+                c1 += o >= v1 ? 1 : 0;
+            }
+        } else {
+#pragma unroll 4
+            for (int j = 0; j < G; j++) {
+                const uint32_t o = gm[j];
+                c0 += o >= v0 ? 1 : 0;
+                c1 += o >= v1 ? 1 : 0;
+                c2 += o >= v2 ? 1 : 0;
+            }
+        }
+        uint32_t b = c0 >= K ? v0 : 0u; /* (an empty slot's 0 counts G >= K, and 0 is below every key) */
+        b = max(b, c1 >= K ? v1 : 0u);
+        b = max(b, c2 >= K ? v2 : 0u);
+        b = cu_warp_max_u32(b);
+        if (lane == 0) S.sel[1] = (int)b;
+    }
+    BAR::sync();
+    const uint32_t L = (uint32_t)S.sel[1];
+    unsigned short *ci = (unsigned short *)(S.hist2 + 128);
+#pragma unroll 1
+    for (int i0 = tid - lane; i0 < V; i0 += BAR::threads) { /* warp-uniform: one ballot a 32 logits */
+        const int i = i0 + lane;
+        const uint32_t key = i < V ? dd_order_key(z(i)) : 0u;
+        const unsigned in = __ballot_sync(0xffffffffu, i < V && key >= L);
+        if (!in) continue;
+        int base = 0;
+        if (lane == 0) base = atomicAdd(&S.sel[0], __popc(in));
+        base = __shfl_sync(0xffffffffu, base, 0);
+        const int at = base + __popc(in & ((1u << lane) - 1u));
+        if (((in >> lane) & 1u) && at < CU_SAMP_CAP) {
+            S.hist[at] = key;
+            ci[at] = (unsigned short)i;
+        }
+    }
+    BAR::sync();
+    return S.sel[0];
+}
+
 /* The SPEC §3 rule on z(0) .. z(V-1) (a loader: shared memory, or global memory through L2). Returns the code, or
  * -1 when no logit is finite. Whole block.
- * The keep threshold (the K-th largest order key) by an 8-bit radix select from the top byte: per pass the keys
+ * The keep set from the group-maximum bound (cu_samp_candidates) where it applies (K <= G <= CU_SAMP_GMAX, at most
+ * CU_SAMP_CAP candidates); otherwise the keep threshold (the K-th largest order key) by an 8-bit radix select from
+ * the top byte: per pass the keys
  * that share the prefix so far are counted per next byte with shared atomics (integer counts: their order does not
  * matter), then every warp finds the bucket of the k-th largest itself (no barrier to broadcast it). The count
  * arrays are cleared once: passes alternate between two arrays and each warp keeps its lane's 8 bins of both, so a
@@ -77,12 +156,26 @@ static __device__ int cu_sample_block(LD z, int V, float T, int K, uint64_t seed
                                const cu_samp_smem &S, const float *gpre = NULL) {
     const int tid = threadIdx.x, lane = tid & 31;
     const bool sel = T != 0.0f && K > 0 && K < V; /* a keep threshold to find */
-    if (sel) {
+    const int G = (V + 31) >> 5;
+    const bool gsel = sel && K <= G && G <= CU_SAMP_GMAX; /* by the group-maximum bound */
+    if (sel && !gsel) {
         for (int b = tid; b < 256; b += BAR::threads) S.hist[b] = S.hist2[b] = 0u;
         if (tid == 0) S.sel[0] = 0;
     }
+    if (gsel && tid == 0) S.sel[0] = 0;
     int anyf = 0;
-    for (int i = tid; i < V; i += BAR::threads) anyf |= isfinite(z(i)) ? 1 : 0;
+    if (gsel) { /* the group maxima, and whether any logit is finite */
+#pragma unroll 1
+        for (int g = tid >> 5; g < G; g += BAR::threads / 32) {
+            const int i = 32 * g + lane;
+            const float zi = i < V ? z(i) : -INFINITY;
+            anyf |= isfinite(zi) ? 1 : 0;
+            const uint32_t m = cu_warp_max_u32(dd_order_key(zi));
+            if (lane == 0) S.hist2[g] = m;
+        }
+    } else {
+        for (int i = tid; i < V; i += BAR::threads) anyf |= isfinite(z(i)) ? 1 : 0;
+    }
     if (!BAR::sync_or(anyf)) return -1; /* (and the counts are clear before any pass adds to them) */
     float bs = -INFINITY;
     int bi = -1;
@@ -94,6 +187,40 @@ static __device__ int cu_sample_block(LD z, int V, float T, int K, uint64_t seed
         }
         cu_block_best<BAR>(bs, bi, S);
         return bi;
+    }
+    if (gsel) {
+        const int C = cu_samp_candidates<BAR>(z, V, K, G, S);
+        if (C <= CU_SAMP_CAP) {
+            const float invT = dd_inv_temperature(T);
+            const unsigned short *ci = (const unsigned short *)(S.hist2 + 128);
+#pragma unroll 1
+            for (int t = tid; t < C; t += BAR::threads) {
+                const uint32_t mk = S.hist[t];
+                int gt = 0;
+#pragma unroll 4
+                for (int j = 0; j < C; j++) gt += S.hist[j] > mk ? 1 : 0;
+                const int i = ci[t];
+                const float zi = z(i);
+                if (gt >= K || dd_logit_dead(zi)) continue;
+                float g;
+                if (gpre) {
+                    g = gpre[i];
+                } else {
+                    uint32_t x[4];
+                    dd_noise_words(seed, frame, level, (uint32_t)(i >> 2), x);
+                    const int e = i & 3;
+                    g = dd_gumbel_word(e == 0 ? x[0] : e == 1 ? x[1] : e == 2 ? x[2] : x[3]);
+                }
+                cu_best(bs, bi, dd_sample_score(zi, invT, g), i);
+            }
+            cu_block_best<BAR>(bs, bi, S);
+            return bi;
+        }
+        /* more candidates than listed: the radix select, on cleared counts (once every thread has read C) */
+        BAR::sync();
+        for (int b = tid; b < 256; b += BAR::threads) S.hist[b] = S.hist2[b] = 0u;
+        if (tid == 0) S.sel[0] = 0;
+        BAR::sync();
     }
     uint32_t thr = 0;
     if (sel) {
