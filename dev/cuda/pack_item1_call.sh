@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # One device call from a packed carry (2026-12-07, second session; carry build-pack, .debs), its parts in this order,
 # each skipped when what is left of CAP_S (default 570 s) would not hold it; PARTS picks them:
-#   samp   the group-maximum sampler (dev/cuda/samp_gmax.patch): its side's test_sample unquick and test_tput
-#          quick (build-ab/pre1/test_cuda), then the latency A/B base / samp (lat_hot_call.sh: both sides' tests,
-#          the per-op timelines at GPT bf16 B1, CSM bf16 B1, GPT bf16 B8)
+#   samp   a sampler side (build-ab/pre1/test_cuda): its test_sample unquick and test_tput quick, then the latency
+#          A/B of SAMP_SIDES (lat_hot_call.sh: the sides' tests, the per-op timelines of TL_CFGS); first run
+#          2026-12-07 with samp_gmax (landed), then with SAMP_SIDES="s2:... cmp:..." (lat_samp2, samp_compact)
 #   ab     the throughput A/B, exec_ab base (pre0) / PRE sides (pre1: samp, pre2: tput_ydead) (prebuilt_ab.sh)
 #   tl     the throughput kernel timeline (tp_tl_run.sh, build-ab/tl)
-#   land   the landed tree's bench curve with the PyTorch graph loop and capacity (land_call.sh PART=speed)
+#   land   the landed tree's bench curve with the PyTorch graph loop and capacity (land_call.sh PART=speed); on an
+#          H200 only unless LAND_ANY=1 (the bars are the H200's)
 #   bound  the vendor products' bound (gemm_bound.py)
 # Every part's folder comes back as one archive in $OUT.      OUT=$OUT PARTS="samp ab tl" bash dev/cuda/pack_item1_call.sh
 set -u -o pipefail
@@ -26,7 +27,7 @@ if [[ $P == *samp* ]] && [ "$(left)" -gt 200 ]; then
     echo "samp test_sample unquick rc $? left $(left)" >>"$O/parts.txt"
     DD_TEST_QUICK=1 DD_TEST_ONLY=test_tput timeout 100 build-ab/pre1/test_cuda >/tmp/samp/test_tput.log 2>&1
     echo "samp test_tput quick rc $? left $(left)" >>"$O/parts.txt"
-    OUT=/tmp/samp/lat SIDES="samp:dev/cuda/samp_gmax.patch" TL_CFGS="${TL_CFGS:-gpt:bf16:1 csm:bf16:1 gpt:bf16:8}" \
+    OUT=/tmp/samp/lat SIDES="${SAMP_SIDES:?SAMP_SIDES}" TL_CFGS="${TL_CFGS:-gpt:bf16:1 csm:bf16:1 gpt:bf16:8}" \
         AB_CUT_S=$(($(left) > 260 ? 200 : $(left) - 60)) bash dev/cuda/lat_hot_call.sh >/tmp/samp/lat_run.log 2>&1
     echo "samp lat A/B rc $? left $(left)" >>"$O/parts.txt"
 fi
@@ -40,6 +41,9 @@ if [[ $P == *tl* ]] && [ "$(left)" -gt 80 ]; then
         >/tmp/tl_run.log 2>&1
     echo "tp_tl rc $? left $(left)" >>"$O/parts.txt"
 fi
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+echo "gpu $GPU" >>"$O/parts.txt"
+[[ $GPU == *H200* || -n ${LAND_ANY:-} ]] || P=${P//land/} P=${P//bound/}
 if [[ $P == *land* ]] && [ "$(left)" -gt 200 ]; then
     OUT=/tmp/land PART=speed TL_CFGS="gpt:bf16:1 csm:bf16:1" CAP_S=$(($(left) - 20)) \
         bash dev/cuda/land_call.sh >/tmp/land/run.log 2>&1

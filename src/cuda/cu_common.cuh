@@ -20,9 +20,12 @@
  *   group % 16 == 0 as the integer q, exact, with the group's scale and bias applied in float32 after each
  *   group: s * sum(q n) + b * sum(n)). For output (row j, token t) the products are accumulated by
  *   mma.sync.m16n8k16 (fp32 accumulate) k-tile by k-tile in a fixed term order into a partial p_c per chunk of
- *   CU_CKT k-tiles (starting from 0), and acc = ((0 + p_0) + p_1) + ... in chunk order. Every schedule (small or
- *   large batch, any grid) computes exactly this, and an MMA's output column depends only on its own input
- *   column, so each stream's logits are bit-identical whatever the batch size or its row in the batch.
+ *   CU_CKT k-tiles (starting from 0); the chunks form slabs of CU_SLC chunks (1024 columns; the last may be
+ *   shorter), slab i's sum s_i = ((0 + p_8i) + p_8i+1) + ... in chunk order, and acc = (s_0 + s_1) + s_2 ... in
+ *   slab order (K <= 1024: one slab, acc = ((0 + p_0) + p_1) + ...). Slabs let a schedule that splits K keep one
+ *   sum a slab instead of one a chunk (CUDA_V2.md: "split-K in fixed slabs"). Every schedule (small or large
+ *   batch, any grid, any executor) computes exactly this, and an MMA's output column depends only on its own
+ *   input column, so each stream's logits are bit-identical whatever the batch size or its row in the batch.
  */
 #ifndef DD_CU_COMMON_CUH
 #define DD_CU_COMMON_CUH
@@ -49,6 +52,7 @@ extern "C" {
 #endif
 #define CU_WARPS (CU_THREADS / 32)
 #define CU_CKT 8 /* k-tiles (of 16 columns) per accumulation chunk */
+#define CU_SLC 8 /* chunks per slab (the contract above) */
 
 /* shared memory of the frame kernel (dynamic), in bytes */
 #define CU_ACT_BYTES (144 * 1024) /* staged activations (small schedule) / B tiles (large) / attention, sampler */
@@ -263,6 +267,10 @@ void cu_free_all(void **allocs, int nallocs);
  * sel(j < 32, e0, e1) / sum inside the loop: an IEEE division with its slow-path branch per key and lane instead
  * of two per query (seen in the SASS of every attention kernel). An empty asm with the values as in/out operands
  * makes them opaque to that rewrite: the same bits, computed once. */
+__device__ __forceinline__ float4 cu_add4(float4 a, float4 b) {
+    return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+}
+
 __device__ __forceinline__ void cu_pin(float &a, float &b) { asm volatile("" : "+f"(a), "+f"(b)); }
 /* A key's softmax weight e / sum (sum >= 1, the exps' sum): a zero e (keys past the query's, an underflowed exp)
  * gives +0 without the division, whose zero numerator takes the IEEE division's slow path (a call to far-away code

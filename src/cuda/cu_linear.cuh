@@ -197,7 +197,10 @@ static __device__ __noinline__ int cu_linear_small(const cu_linear &L, int T, co
     const int SR = cu_act_stride(w.KT);
     const int NC = (w.KT + CU_CKT - 1) / CU_CKT;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x;
-    int UG = CU_ACC_SLOTS / halves;
+    /* K past one slab (cu_common.cuh's contract): acc holds the open slab's running sums, its upper half the closed
+     * slabs' sums, which a slab joins when the next slab's first chunk comes; the total moves to acc at the end */
+    const bool slabs = NC > CU_SLC;
+    const int SO = CU_ACC_SLOTS / 2 * 32, UG = (slabs ? CU_ACC_SLOTS / 2 : CU_ACC_SLOTS) / halves;
     for (int ua = u0; ua < u1; ua += UG) {
         const int nu = min(UG, u1 - ua), slots = nu * halves;
         int CR = CU_PART_SLOTS / slots;
@@ -213,16 +216,25 @@ static __device__ __noinline__ int cu_linear_small(const cu_linear &L, int T, co
                 sm.part[it * 32 + lane] = make_float4(p[0], p[1], p[2], p[3]);
             }
             __syncthreads();
+            /* the first slab boundary in the round (nc: none) */
+            const int gb = slabs ? max((c0 + CU_SLC - 1) / CU_SLC * CU_SLC, CU_SLC) - c0 : nc;
             for (int idx = tid; idx < slots * 32; idx += CU_THREADS) {
                 int sl = idx >> 5, ln = idx & 31;
                 float4 a = c0 == 0 ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : sm.acc[idx];
-                for (int ci = 0; ci < nc; ci++) {
-                    float4 q = sm.part[(sl * nc + ci) * 32 + ln];
-                    a.x = a.x + q.x;
-                    a.y = a.y + q.y;
-                    a.z = a.z + q.z;
-                    a.w = a.w + q.w;
+                for (int ci = 0, e = min(gb, nc);; e = min(e + CU_SLC, nc)) {
+                    for (; ci < e; ci++) {
+                        float4 q = sm.part[(sl * nc + ci) * 32 + ln];
+                        a.x = a.x + q.x;
+                        a.y = a.y + q.y;
+                        a.z = a.z + q.z;
+                        a.w = a.w + q.w;
+                    }
+                    if (ci == nc) break;
+                    /* chunk c0 + ci starts a slab: the slab before it joins the closed slabs' sum */
+                    sm.acc[SO + idx] = c0 + ci > CU_SLC ? cu_add4(sm.acc[SO + idx], a) : a;
+                    a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 }
+                if (slabs && c0 + nc == NC) a = cu_add4(sm.acc[SO + idx], a); /* NC > CU_SLC: a slab closed before */
                 sm.acc[idx] = a;
             }
             __syncthreads();
@@ -309,6 +321,10 @@ static __device__ __noinline__ void cu_gemm_big(const cu_linear &L, int T, const
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tid = threadIdx.x;
     const int wu = warp >> 2, wt = warp & 3, g = lane >> 2, cq = lane & 3;
     uint4 *bt = (uint4 *)sm.act; /* [CU_BIG_NT][CU_CKT][32] */
+    float *tot = (float *)(bt + 2 * CU_BIG_NT * CU_CKT * 32); /* [H 16][CU_THREADS]: the closed slabs' sums */
+    static_assert(2 * CU_BIG_NT * CU_CKT * 32 * 16 + 2 * 16 * CU_THREADS * 4 <=
+                      CU_ACT_BYTES + (CU_PART_SLOTS + CU_ACC_SLOTS) * 512,
+                  "big schedule: B tiles and closed slab sums (act, part and acc are contiguous)");
     const int gkt = WM == WM_QINT ? w.group / 16 : 1;
     for (int item = blockIdx.x; item < n_ug * n_tb; item += gridDim.x) {
         const int ug = item % n_ug, tb = item / n_ug;
@@ -406,6 +422,21 @@ static __device__ __noinline__ void cu_gemm_big(const cu_linear &L, int T, const
                 for (int j = 0; j < 4; j++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) acc[h][j][e] = acc[h][j][e] + p[h][j][e];
+            /* K past one slab (cu_common.cuh's contract): acc is the open slab's sum; at a slab's last chunk it joins
+             * the closed slabs' sum (shared memory past the B tiles), and the total comes back to acc at the end */
+            if (NC > CU_SLC && (c % CU_SLC == CU_SLC - 1 || c == NC - 1)) {
+#pragma unroll
+                for (int h = 0; h < H; h++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            float &t = tot[((h * 4 + j) * 4 + e) * CU_THREADS + tid];
+                            const float v = c < CU_SLC ? acc[h][j][e] : t + acc[h][j][e];
+                            if (c == NC - 1) acc[h][j][e] = v;
+                            else t = v, acc[h][j][e] = 0.0f;
+                        }
+            }
             }
             __syncthreads(); /* buffer c & 1 is refilled by the load of chunk c + 2 */
         }

@@ -647,6 +647,39 @@ __device__ __forceinline__ void lt_stage(int opi, int K, int group, int qint, in
     LT_PH(4);
 }
 
+/* A fold of the latency step's chunk partials past one slab (K > CU_SLC chunks; cu_common.cuh's contract): the
+ * segment's segc chunks (chunk cseg on; part row cc at cc n + idx) onto acc, the open slab's running sums (from +0
+ * when first), and acc + LT_ACC_SLOTS / 2 * 32, the closed slabs' sums, which a slab joins when the next slab's
+ * first chunk comes (the step's K range starts at slab boundary cbeg; tot0: the closed sum of [0, cbeg) was handed
+ * over); at the step's last fold the total moves to acc. Out of line and inline measured alike (H100, 2026-12-07:
+ * the slab contract costs the latency executor 2-3 % at GPT / CSM bf16 B1, about half of it with this code present
+ * but never run; docs/cuda_results.md). */
+static __device__ __noinline__ void lt_fold_slabs(float4 *acc, const float4 *part, int n, int segc, int cseg,
+                                                  int cbeg, bool tot0, bool last, bool first) {
+    const int SO = LT_ACC_SLOTS / 2 * 32;
+    /* the first slab boundary in the segment; whether the closed slabs' sum exists before it */
+    const int gb = max((cseg + CU_SLC - 1) / CU_SLC * CU_SLC, cbeg + CU_SLC) - cseg;
+    const bool tv0 = tot0 || (cseg > cbeg && (cseg - 1) / CU_SLC * CU_SLC > cbeg);
+#pragma unroll 1
+    for (int idx = threadIdx.x; idx < n; idx += LT_NC) {
+        float4 a = first ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : acc[idx];
+        bool tv = tv0;
+        float4 t = tv ? acc[SO + idx] : a;
+        for (int cc = 0, e = min(gb, segc);; e = min(e + CU_SLC, segc)) {
+#pragma unroll 4
+            for (; cc < e; cc++) a = cu_add4(a, part[cc * n + idx]);
+            if (cc == segc) break;
+            /* chunk cseg + cc starts a slab: the slab before it joins the closed slabs' sum */
+            t = tv ? cu_add4(t, a) : a;
+            tv = true;
+            a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+        if (last && tv) a = cu_add4(t, a);
+        if (!last && tv) acc[SO + idx] = t;
+        acc[idx] = a;
+    }
+}
+
 template <int TYPE, int WM>
 __device__ __forceinline__ int lt_linear(const lt_step st, int l, int v) {
     const lt_params &P = lt_P;
@@ -702,31 +735,37 @@ __device__ __forceinline__ int lt_linear(const lt_step st, int l, int v) {
      * order once part is full and at the end (the same sums in the same order as one pass per piece); each warp
      * releases a piece's ring slot when its own items are done, so no barrier separates the pieces. */
     int segc = 0, first_seg = 1; /* chunks (per m-tile and n-tile) collected in part */
-    auto fold = [&]() {
+    auto fold = [&](int pc) { /* after piece pc (its values are read here, not kept live over the items) */
+        const bool slabs = KT > CU_SLC * CU_CKT;
         lt_bar::sync();
         if (first_seg && st.fwd == 2) { /* the running sum of chunks [0, h) from the step's other half, then ours */
             if (tid == 0) {
                 S.rsrc[0] = op.fwd + (size_t)st.u0 * 256;
-                S.rdst[0] = (float *)S.acc;
+                S.rdst[0] = (float *)(slabs ? S.acc + LT_ACC_SLOTS / 2 * 32 : S.acc);
             }
             lt_bar::sync();
             lt_poll_runs(E, 1, nmt * NTG * 128, nmt * NTG * 128);
             lt_bar::sync();
-            first_seg = 0;
+            first_seg = slabs; /* with slabs ours start from +0 */
         }
+        if (slabs) {
+            lt_fold_slabs(S.acc, S.part, nmt * NTG * 32, segc, S.pcs[pc].y - segc, S.pcs[st.pc0].x, st.fwd == 2,
+                          pc + 1 == st.pc1, first_seg);
+        } else {
 #pragma unroll 1
-        for (int idx = tid; idx < nmt * NTG * 32; idx += LT_NC) {
-            const int ln = idx & 31, q = idx >> 5, nt = NTG == 1 ? 0 : q & 1, mtl = NTG == 1 ? q : q >> 1;
-            float4 a = first_seg ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : S.acc[idx];
+            for (int idx = tid; idx < nmt * NTG * 32; idx += LT_NC) {
+                const int ln = idx & 31, q = idx >> 5, nt = NTG == 1 ? 0 : q & 1, mtl = NTG == 1 ? q : q >> 1;
+                float4 a = first_seg ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : S.acc[idx];
 #pragma unroll 4
-            for (int cc = 0; cc < segc; cc++) {
-                const float4 b = S.part[((cc * nmt + mtl) * NTG + nt) * 32 + ln];
-                a.x = a.x + b.x;
-                a.y = a.y + b.y;
-                a.z = a.z + b.z;
-                a.w = a.w + b.w;
+                for (int cc = 0; cc < segc; cc++) {
+                    const float4 b = S.part[((cc * nmt + mtl) * NTG + nt) * 32 + ln];
+                    a.x = a.x + b.x;
+                    a.y = a.y + b.y;
+                    a.z = a.z + b.z;
+                    a.w = a.w + b.w;
+                }
+                S.acc[idx] = a;
             }
-            S.acc[idx] = a;
         }
         lt_bar::sync();
         first_seg = 0;
@@ -783,7 +822,7 @@ __device__ __forceinline__ int lt_linear(const lt_step st, int l, int v) {
         if (pc == st.pc0) LT_PH(6);
         segc += nc;
         v++;
-        if (pc + 1 == st.pc1 || (segc + S.pcs[pc + 1].y - S.pcs[pc + 1].x) * nmt * NTG > LT_PART_SLOTS) fold();
+        if (pc + 1 == st.pc1 || (segc + S.pcs[pc + 1].y - S.pcs[pc + 1].x) * nmt * NTG > LT_PART_SLOTS) fold(pc);
     }
     LT_PH(8);
     if (st.fwd == 1) { /* the sum so far (acc layout) for the unit's second half */
@@ -1162,6 +1201,12 @@ static const void *const lt_kernels[LT_NWSEL] = {(const void *)lt_kernel<LT_WALL
                                                  (const void *)lt_kernel<LT_WF16>, (const void *)lt_kernel<LT_WQ8>,
                                                  (const void *)lt_kernel<LT_WQ4>};
 
+/* where a K split (fwd) cuts nck chunks: the middle, or past one slab the slab boundary nearest it (the first half
+ * hands over its closed slabs' sum; cu_common.cuh's contract) */
+static int lt_ksplit_h(int nck) {
+    return nck <= CU_SLC ? nck / 2 : std::max(CU_SLC, (nck + CU_SLC) / (2 * CU_SLC) * CU_SLC);
+}
+
 /* the instance for a weight mode (LT_WALL where none has its own) */
 static int lt_wsel(const cu_mat &w) {
     if (w.wm == WM_BF16) return LT_WBF16;
@@ -1264,7 +1309,8 @@ struct builder {
     void pieces(const lt_op &op, const cu_mat &w, int u0, int u1, int T, std::vector<lt_piece> &out, int step,
                 int kc0 = 0, int kc1 = -1) {
         const int nmt = (u1 - u0) * (w.pair ? 2 : 1), NC = kc1 >= 0 ? kc1 : (w.KT + CU_CKT - 1) / CU_CKT, NTG = (T + 7) / 8;
-        if (nmt * NTG > LT_ACC_SLOTS || (w.wm == WM_QINT && (CU_CKT * 16) % w.group) || (op.res && T * (u1 - u0) * 16 > LT_RES_FLOATS)) {
+        const int slab_f = w.KT > CU_SLC * CU_CKT ? 2 : 1; /* past one slab: acc's upper half, the closed sums */
+        if (slab_f * nmt * NTG > LT_ACC_SLOTS || (w.wm == WM_QINT && (CU_CKT * 16) % w.group) || (op.res && T * (u1 - u0) * 16 > LT_RES_FLOATS)) {
             fail = 1;
             return;
         }
@@ -1882,7 +1928,7 @@ static dd_status build_plan_role(lt_exec *x, const dd_plan *fp, int variant, int
                     int T = o.tok_n ? n : T_layer;
                     s.pc0 = (int)pcs[i].size();
                     if (!halves[k].empty()) { /* one half of a K-split unit */
-                        const int nck = (o.w.KT + CU_CKT - 1) / CU_CKT, h = nck / 2;
+                        const int nck = (o.w.KT + CU_CKT - 1) / CU_CKT, h = lt_ksplit_h(nck);
                         s.fwd = halves[k][i].second;
                         b.pieces(o, o.w, r.first, r.second, T, pcs[i], (int)steps[i].size(), s.fwd == 1 ? 0 : h,
                                  s.fwd == 1 ? h : nck);

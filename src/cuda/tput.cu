@@ -5,13 +5,14 @@
  *              warp a row) and split into two bf16 terms, hi and lo, each (T, K) row-major: the TMA source;
  *   tp_linear  wgmma m64nBNk16 with A = the weights (the engine's fragment layout, bulk-copied to shared memory,
  *              fragments loaded to registers) and B = hi / lo (TMA, 128-byte swizzle); per output and chunk of
- *              CU_CKT k-tiles a partial from +0 with, per k-tile, the hi term then the lo term; the partials added
- *              onto the running sum in chunk order (split-K in S fixed slabs: slab 0 keeps the running sum,
- *              later slabs store their chunk partials, added in chunk order by tp_epi); q8 / q4 weights (QINT,
- *              groups of 64) as exact bf16 integers, each group's partial closed with its scale, bias and the
- *              tokens' group sums (tp_split writes them with the split, or the kernel before it: tp_epi, the
- *              attention kernels) before it joins the chunk's, as cu_gemm_big does;
- *   tp_epi     the running sum (plus the slabs' partials, in order) through the frame kernel's cu_epilogue
+ *              CU_CKT k-tiles a partial from +0 with, per k-tile, the hi term then the lo term; split-K in S
+ *              ranges of K that nest with the contract's slabs (cu_common.cuh): a range that starts a slab keeps
+ *              the slab's running sum and stores it as a plane at the slab's (or its range's) end, a range inside
+ *              a slab stores its chunk partials, tp_epi adds the planes in the contract's order (tp_planes);
+ *              q8 / q4 weights (QINT, groups of 64) as exact bf16 integers, each group's partial closed with its
+ *              scale, bias and the tokens' group sums (tp_split writes them with the split, or the kernel before
+ *              it: tp_epi, the attention kernels) before it joins the chunk's, as cu_gemm_big does;
+ *   tp_epi     the planes' sum (the slabs' sums in slab order) through the frame kernel's cu_epilogue
  *              (bias, activation / gate pair, residual, added rows).
  * Attention runs as a kernel of its own: tp_attend3 (a warp a (stream, kv head) at a time, up to 4 a block, the
  * co-resident blocks looping over the items, everything an item reads staged by cp.async while the item before it
@@ -63,15 +64,33 @@ static_assert(TP_SMEM <= 227 * 1024, "shared memory");
 typedef unsigned long long u64;
 
 struct tp_args {
-    float *out;           /* S == 1: the running sums (T, Nr); S > 1: [np][T][Nr], slab 0's sums first */
+    float *out;           /* [np][T][Nr] planes (tp_planes), np 1: the sums (T, Nr) */
     const uint8_t *wfrag; /* the weights in the engine's fragment layout, Nr = MT 16 rows, KT = K / 16 */
-    int Nr, K, T, S;
+    int Nr, K, T, S, pps; /* pps: planes a slab (tp_planes) */
     cu_mat w;             /* q8 / q4 (QINT): the scales and biases (cu_sb), group */
     const float *asum;    /* QINT: the activations' group sums, [NG][ta] (with the split) */
     int ta;
     int *err;             /* the decoder's error words: [0] = CU_ERR_TIMEOUT on a pipeline timeout */
     u64 timeout_ns;
 };
+
+/* The planes of partial sums a split of K's NC chunks into S ranges of sc = NC / S chunks leaves for tp_epi, in
+ * the order it adds them (cu_common.cuh's slab contract), and *pps, the planes a slab:
+ *   one slab (NC <= CU_SLC): range 0's running sum, then every later chunk's partial (1 + NC - sc; S 1: 1);
+ *   one range (S 1) or ranges of whole slabs (sc % CU_SLC == 0): a slab's sum a plane (pps 1);
+ *   ranges inside slabs (CU_SLC % sc == 0): a slab's first range's running sum, then its later chunks' partials
+ *   (pps 1 + CU_SLC - sc, the last slab's fewer when it is shorter);
+ * other splits: 0 (not offered). Plane of chunk c: (c / CU_SLC) pps, plus 1 + c % CU_SLC - sc for a chunk of a
+ * range that does not start its slab. */
+__host__ __device__ inline int tp_planes(int NC, int S, int *pps) {
+    const int sc = NC / S, nsl = (NC + CU_SLC - 1) / CU_SLC;
+    if (NC % S) return 0;
+    if (NC <= CU_SLC) return *pps = S == 1 ? 1 : 1 + NC - sc;
+    if (S == 1 || sc % CU_SLC == 0) return *pps = 1, nsl;
+    if (CU_SLC % sc) return 0;
+    *pps = 1 + CU_SLC - sc;
+    return (nsl - 1) * *pps + 1 + (NC - (nsl - 1) * CU_SLC) - sc;
+}
 
 /* ---- device ------------------------------------------------------------------------------------------------ */
 __device__ __forceinline__ uint32_t tp_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
@@ -359,14 +378,22 @@ __global__ void __launch_bounds__(TP_THREADS, 1)
         asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
         return false;
     };
-    /* chunk c's partial p: onto the running sum in chunk order (slab 0), or stored for tp_epi to add (a later
-     * slab); then p from +0 for the next chunk */
+    /* chunk c's partial p: onto the slab's running sum (a range that starts its slab: stored as its plane at the
+     * slab's or the range's end, then from +0), or stored as its own plane for tp_epi to add (tp_planes); then p
+     * from +0 for the next chunk */
+    const bool holds = c0 % CU_SLC == 0;
     auto chunk_done = [&](int c) {
-        if (z == 0) {
+        const size_t pl = (size_t)(c / CU_SLC) * a.pps;
+        if (holds) {
 #pragma unroll
             for (int i = 0; i < NACC; i++) acc[i] = acc[i] + p[i];
+            if (c % CU_SLC == CU_SLC - 1 || c == c0 + sc - 1) {
+                store(a.out + pl * TN, acc);
+#pragma unroll
+                for (int i = 0; i < NACC; i++) acc[i] = 0.0f;
+            }
         } else {
-            store(a.out + (size_t)(c - sc + 1) * TN, p);
+            store(a.out + (pl + 1 + c % CU_SLC - sc) * TN, p);
         }
 #pragma unroll
         for (int i = 0; i < NACC; i++) p[i] = 0.0f;
@@ -458,22 +485,39 @@ __global__ void __launch_bounds__(TP_THREADS, 1)
             chunk_done(c);
         }
     }
-    if (z == 0) store(a.out, acc);
 #endif
 }
 
-/* output j of token t: y = cu_epilogue of the running sums: src[0] (T, Nr), plus src[q] for q < np in order (the
- * later slabs' chunk partials); gate/up pairs: m-tile 2 u gates and 2 u + 1 is up for outputs 16 u .. 16 u + 15
+/* output j of token t: y = cu_epilogue of the sum of np planes (T, Nr) at src, in the contract's order: groups of
+ * pps planes (a slab's, tp_planes) summed in order, the groups' sums in order; gate/up pairs: m-tile 2 u gates and
+ * 2 u + 1 is up for outputs 16 u .. 16 u + 15
  * (cu_gemm_big); with hi / lo also its split (returned: cu_split_pack's word) */
-__device__ __forceinline__ uint32_t tp_epi_val(const cu_linear &L, int T, const float *src, int np, int Nr,
-                                               uint16_t *hi, uint16_t *lo, int j, int t) {
+__device__ __forceinline__ uint32_t tp_epi_val(const cu_linear &L, int T, const float *src, int np, int pps,
+                                               int Nr, uint16_t *hi, uint16_t *lo, int j, int t) {
     const size_t TN = (size_t)T * Nr;
     const int r = L.w.pair ? 32 * (j >> 4) + (j & 15) : j;
     const float *p = src + (size_t)t * Nr + r;
     float a = __ldcg(p), u = L.w.pair ? __ldcg(p + 16) : 0.0f;
-    for (int q = 1; q < np; q++) {
-        a = a + __ldcg(p + q * TN);
-        if (L.w.pair) u = u + __ldcg(p + q * TN + 16);
+    if (pps <= 1 || pps >= np) { /* groups of one plane, or one group */
+        for (int q = 1; q < np; q++) {
+            a = a + __ldcg(p + q * TN);
+            if (L.w.pair) u = u + __ldcg(p + q * TN + 16);
+        }
+    } else {
+        int q = 1;
+        for (; q < pps; q++) { /* slab 0: its sum is a */
+            a = a + __ldcg(p + q * TN);
+            if (L.w.pair) u = u + __ldcg(p + q * TN + 16);
+        }
+        while (q < np) {
+            const int e = min(q + pps, np);
+            float sa = __ldcg(p + q * TN), su = L.w.pair ? __ldcg(p + q * TN + 16) : 0.0f;
+            for (q++; q < e; q++) {
+                sa = sa + __ldcg(p + q * TN);
+                if (L.w.pair) su = su + __ldcg(p + q * TN + 16);
+            }
+            a = a + sa, u = u + su;
+        }
     }
     const float y = cu_epilogue(L, t, j, a, u);
     if (!hi) return 0u;
@@ -482,14 +526,14 @@ __device__ __forceinline__ uint32_t tp_epi_val(const cu_linear &L, int T, const 
     return w;
 }
 /* tp_epi_val for every output, grid (ceil(N / 256), T); asum (a QINT next linear): the group sums of the split */
-__global__ void __launch_bounds__(256) tp_epi(const cu_linear L, int T, const float *src, int np, int Nr,
+__global__ void __launch_bounds__(256) tp_epi(const cu_linear L, int T, const float *src, int np, int pps, int Nr,
                                               uint16_t *hi, uint16_t *lo, float *asum, int ta) {
     __shared__ uint32_t pw[256]; /* asum: the block's split words */
     tp_pdl_trigger();
     tp_pdl_wait();
     const int j = blockIdx.x * 256 + threadIdx.x, t = blockIdx.y;
     if (asum) { /* a QINT next linear (groups of 64, N % 64 == 0): the group sums of the block's columns too */
-        pw[threadIdx.x] = j < L.w.N ? tp_epi_val(L, T, src, np, Nr, hi, lo, j, t) : 0u;
+        pw[threadIdx.x] = j < L.w.N ? tp_epi_val(L, T, src, np, pps, Nr, hi, lo, j, t) : 0u;
         __syncthreads();
         const int wi = threadIdx.x >> 5, lane = threadIdx.x & 31, c = blockIdx.x * 256 + 64 * wi;
         if (wi < 4 && c < L.w.N) { /* as tp_split sums them */
@@ -498,7 +542,7 @@ __global__ void __launch_bounds__(256) tp_epi(const cu_linear L, int T, const fl
         }
         return;
     }
-    if (j < L.w.N) tp_epi_val(L, T, src, np, Nr, hi, lo, j, t);
+    if (j < L.w.N) tp_epi_val(L, T, src, np, pps, Nr, hi, lo, j, t);
 }
 
 /* one attention op of the frame (the frame kernel's fast schedule, cu_attend_fast: the same arithmetic), one warp
@@ -891,8 +935,10 @@ static int tp_suits(const tp_exec *x, const cu_linear *L, int T) {
                    ((w->type == DD_Q8 && w->tile_bytes == 256) || (w->type == DD_Q4 && w->tile_bytes == 128)) &&
                    w->group == 64 && w->NG * w->group == w->K && /* a group a stage (MLX's default) */
                    ((uintptr_t)w->sb & 15) == 0 && w->sb_bytes * 16 * (TP_BM / 16) <= TP_SB_MAX; /* bulk-copied */
+    int pps;
+    const size_t np1 = (size_t)tp_planes(w->KT / CU_CKT, 1, &pps); /* unsplit: a plane a slab (tp_shape's fallback) */
     return (bf || qi) && w->K == w->KT * 16 && w->K % 128 == 0 && w->K <= 12160 && w->K <= x->kmax &&
-           w->MT * 16 <= x->nmax && T <= x->tmax;
+           w->MT * 16 <= x->nmax && T <= x->tmax && (np1 == 1 || np1 * T * w->MT * 16 * 4 <= TP_PART_BYTES);
 }
 
 static dd_status tp_map(const tp_exec *x, CUtensorMap *m, const uint32_t *base, int T, int K, int bn, dd_error *err) {
@@ -914,11 +960,11 @@ static void tp_shape(const tp_exec *x, int Nr, int K, int T, int bn_max, int *bn
     *bn_out = bn_max, *s_out = 1;
     for (int bn = T <= 32 ? 32 : 64; bn <= bn_max; bn *= 2) /* 32 where a 64-token tile is mostly padding */
         for (int S = 1; S <= NC && S <= 16; S *= 2) {
-            if (NC % S) continue;
-            const size_t np = (size_t)NC - NC / S + 1, pb = np * T * Nr * 4;
-            if (S > 1 && pb > TP_PART_BYTES) continue;
+            int pps;
+            const size_t np = (size_t)tp_planes(NC, S, &pps), pb = np * T * Nr * 4;
+            if (!np || (np > 1 && pb > TP_PART_BYTES)) continue;
             const long tiles = (long)((Nr + TP_BM - 1) / TP_BM) * ((T + bn - 1) / bn) * S, waves = (tiles + x->sms - 1) / x->sms;
-            const double cyc = (double)waves * bn * (K / S) / 4.0 + (S > 1 ? 2.0 * pb / (16.0 * x->sms) : 0.0) +
+            const double cyc = (double)waves * bn * (K / S) / 4.0 + (np > 1 ? 2.0 * pb / (16.0 * x->sms) : 0.0) +
                                (double)tiles * 8.0; /* a little per CTA: prefer fewer at a tie */
             if (cyc < best) best = cyc, *bn_out = bn, *s_out = S;
         }
@@ -951,18 +997,19 @@ static dd_status tp_run_linear(tp_exec *x, const cu_linear *L, int T, int split_
         CU_TRY(tp_launch(tp_split, dim3(T), dim3(256), (size_t)K * 4, stream, *L, T, x->hi, x->lo,
                          qi ? x->asum : (float *)NULL, x->ta),
                err, "throughput executor launch");
-    float *out = S == 1 ? x->sums : x->part;
-    tp_args a = {out, L->w.frag, Nr, K, T, S, L->w, x->asum, x->ta, x->st->sc.err, x->st->sc.timeout_ns};
+    int pps;
+    const int np = tp_planes(NC, S, &pps); /* >= 1: tp_shape offers no other split */
+    float *out = np == 1 ? x->sums : x->part;
+    tp_args a = {out, L->w.frag, Nr, K, T, S, pps, L->w, x->asum, x->ta, x->st->sc.err, x->st->sc.timeout_ns};
     const int tiles = ((Nr + TP_BM - 1) / TP_BM) * ((T + bn - 1) / bn) * S;
     void (*k)(CUtensorMap, CUtensorMap, tp_args) =
         !qi ? (bn == 128 ? tp_linear<128, DD_BF16> : bn == 64 ? tp_linear<64, DD_BF16> : tp_linear<32, DD_BF16>)
         : L->w.type == DD_Q8 ? (bn == 64 ? tp_linear<64, DD_Q8> : tp_linear<32, DD_Q8>)
                              : (bn == 64 ? tp_linear<64, DD_Q4> : tp_linear<32, DD_Q4>);
     CU_TRY(tp_launch(k, dim3(tiles), dim3(TP_THREADS), TP_SMEM, stream, mh, ml, a), err, "throughput executor launch");
-    const int np = S == 1 ? 1 : NC - NC / S + 1;
     uint16_t *hn = split_next ? (uint16_t *)x->hi : NULL, *ln = split_next ? (uint16_t *)x->lo : NULL;
-    CU_TRY(tp_launch(tp_epi, dim3((L->w.N + 255) / 256, T), dim3(256), 0, stream, *L, T, (const float *)out, np, Nr,
-                     hn, ln, split_next && sums_next ? x->asum : (float *)NULL, x->ta),
+    CU_TRY(tp_launch(tp_epi, dim3((L->w.N + 255) / 256, T), dim3(256), 0, stream, *L, T, (const float *)out, np, pps,
+                     Nr, hn, ln, split_next && sums_next ? x->asum : (float *)NULL, x->ta),
            err, "throughput executor launch");
     return DD_OK;
 }
