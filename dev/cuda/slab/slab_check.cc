@@ -2,7 +2,8 @@
 // contract's definition, bit for bit: the frame kernel's small schedule (rounds of CR chunks) and big schedule
 // (per chunk, closed sums in shared memory), the latency executor's fold (pieces collected in part, folded when
 // part is full and at the end, lt_fold_slabs past one slab; the K split at lt_ksplit_h with the closed sum handed over) and the throughput
-// executor's planes (tp_planes: S ranges, which range stores what, tp_epi's order). The index arithmetic is
+// executor's planes (tp_planes: S ranges, which range stores what, tp_epi's order); also dev/cuda/lat_keep.patch's
+// second half (not landed: its slabs kept apart, joined after the poll). The index arithmetic is
 // written again here from the kernels' code (dev check, 2026-12-07), so a change there needs a change here.
 //   c++ -O2 -std=c++17 dev/cuda/slab/slab_check.cc -o /tmp/slab_check && /tmp/slab_check
 #include <algorithm>
@@ -147,6 +148,59 @@ static float lat_unit(const std::vector<float> &p, int split, std::mt19937_64 &r
     return s2.acc;
 }
 
+// lat_keep.patch (dev, not landed): the second half (fwd 2) keeps each of its slabs' sums apart and polls the
+// first half's closed sum only after its last fold, then joins them in slab order (lt_join_slabs)
+static float lat_keep_half2(const std::vector<float> &p, int cb, int ce, int cap, float handed, std::mt19937_64 &r) {
+    const int NC = (int)p.size();
+    std::vector<std::pair<int, int>> pcs;
+    for (int c = cb; c < ce;) {
+        int n = 1 + (int)(r() % (uint64_t)std::min(cap, ce - c));
+        pcs.push_back({c, c + n});
+        c += n;
+    }
+    (void)NC;
+    float acc = -1e30f;
+    std::vector<float> kept(64, -5e30f);
+    int segc = 0, first_seg = 1;
+    const int cbeg = pcs[0].first;
+    std::vector<float> part(cap, -3e30f);
+    for (int pc = 0; pc < (int)pcs.size(); pc++) {
+        for (int c = pcs[pc].first; c < pcs[pc].second; c++) part[segc + c - pcs[pc].first] = p[c];
+        segc += pcs[pc].second - pcs[pc].first;
+        const bool last = pc + 1 == (int)pcs.size();
+        if (!(last || segc + pcs[pc + 1].second - pcs[pc + 1].first > cap)) continue;
+        const int cseg = pcs[pc].second - segc;
+        const int gb = std::max((cseg + SLC - 1) / SLC * SLC, cbeg + SLC) - cseg;
+        float a = first_seg ? 0.0f : acc;
+        int j = (cseg + gb - 1 - cbeg) / SLC; // the slab the segment's first close ends (or its only slab)
+        for (int cc = 0, e = std::min(gb, segc);; e = std::min(e + SLC, segc)) {
+            for (; cc < e; cc++) a = a + part[cc];
+            if (cc == segc) break;
+            kept[j++] = a;
+            a = 0.0f;
+        }
+        if (last) kept[j] = a;
+        else acc = a;
+        if (last) { // poll, then lt_join_slabs
+            float t = handed;
+            const int nsl = (pcs[pc].second - cbeg + SLC - 1) / SLC;
+            for (int q = 0; q < nsl; q++) t = t + kept[q];
+            acc = t;
+        }
+        first_seg = 0;
+        segc = 0;
+    }
+    return acc;
+}
+static float lat_keep_unit(const std::vector<float> &p, std::mt19937_64 &r) {
+    const int NC = (int)p.size(), cap = SLC / 2 + (int)(r() % (uint64_t)(4 * SLC));
+    if (NC <= SLC || NC < 2) return lat_unit(p, 1, r);
+    const int h = lt_ksplit_h(NC);
+    lt_state s;
+    lat_step(p, 0, h, cap, 1, 0.0f, s, r);
+    return lat_keep_half2(p, h, NC, cap, s.acc, r);
+}
+
 // tp_planes + tp_linear's chunk_done + tp_epi_val
 static int tp_planes(int NC, int S, int *pps) {
     const int sc = NC / S, nsl = (NC + SLC - 1) / SLC;
@@ -222,6 +276,7 @@ int main() {
             for (int CR = 1; CR <= 64; CR++) chk(frame_small(p, CR), "frame_small", CR);
             chk(frame_big(p), "frame_big", 0);
             for (int t = 0; t < 8; t++) chk(lat_unit(p, t & 1, rng), "lat", t & 1);
+            for (int t = 0; t < 4; t++) chk(lat_keep_unit(p, rng), "lat_keep", t);
             for (int S = 1; S <= 16 && S <= NC; S *= 2) {
                 float y;
                 const int np = tput(p, S, y);
