@@ -262,15 +262,16 @@ void cu_free_all(void **allocs, int nallocs);
                            "backend cuda: %s: %s", what, cudaGetErrorString(ce_));                                 \
     } while (0)
 
+/* a + b by components (the slab contract's sums of float4 accumulators) */
+__device__ __forceinline__ float4 cu_add4(float4 a, float4 b) {
+    return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+}
+
 /* Pin values in registers where they are computed. The softmax weights of the attention kernels, w0 = e0 / sum and
  * w1 = e1 / sum, are read in the value loop as sel(j < 32, w0, w1); nvcc (13.0, sm_90) rewrote that as
  * sel(j < 32, e0, e1) / sum inside the loop: an IEEE division with its slow-path branch per key and lane instead
  * of two per query (seen in the SASS of every attention kernel). An empty asm with the values as in/out operands
  * makes them opaque to that rewrite: the same bits, computed once. */
-__device__ __forceinline__ float4 cu_add4(float4 a, float4 b) {
-    return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
-}
-
 __device__ __forceinline__ void cu_pin(float &a, float &b) { asm volatile("" : "+f"(a), "+f"(b)); }
 /* A key's softmax weight e / sum (sum >= 1, the exps' sum): a zero e (keys past the query's, an underflowed exp)
  * gives +0 without the division, whose zero numerator takes the IEEE division's slow path (a call to far-away code
