@@ -110,8 +110,9 @@ DD_API dd_status dd_next_embedding(const dd_model *m, int n, const int32_t *code
 /* Build one of the embedded synthetic models in memory: kind "gpt" (the seed's dims), "csm" (CSM-1B depth dims),
  * "qwen3tts" (Qwen3-TTS's code predictor dims: q/k norms, no head0), "moshi" (Kyutai Moshi's depformer dims: 8 x
  * 2048, D 1024, 6 layers, 16 x 64, gated width 2816, text vocab 32000, temporal width 4096; per-position weights) or
- * "tiny-gpt" / "tiny-llama" / "tiny-qwen3" / "tiny-moshi" (small models for tests). Weights are deterministic functions of `seed`, scaled so that
- * activations stay O(1), stored as `weights` (q8/q4 with group 64). Free with dd_model_free. */
+ * "tiny-gpt" / "tiny-wide" (tiny-gpt with a feed-forward width of 3200) / "tiny-llama" / "tiny-qwen3" / "tiny-moshi"
+ * (small models for tests). Weights are deterministic functions of `seed`, scaled so that activations stay O(1),
+ * stored as `weights` (q8/q4 with group 64). Free with dd_model_free. */
 DD_API dd_status dd_model_synthetic(dd_model **out, const char *kind, dd_dtype weights, uint64_t seed, dd_error *err);
 
 /* One named tensor in memory, for dd_model_from_tensors: `ndim` dims (0..8) of `shape`, elements of `dtype`

@@ -602,8 +602,13 @@ static void test_executors(void **state) {
                          * case per block kind, bf16 and q8/q4 linears, attention with and without RoPE, the sampler */
         executors("tiny-gpt", DD_BF16, 1);
         executors("tiny-llama", DD_Q4, 3);
+        executors("tiny-wide", DD_BF16, 1); /* fc2 K 3200: split over two SMs at a slab boundary, slab sums folded */
         return;
     }
+    /* fc2's K over four slabs (the last partial): the latency executor's K split (bf16: first half two slabs, second
+     * half one and a chunk) and unsplit folds (q8), against the frame kernel's slab sums */
+    executors("tiny-wide", DD_BF16, 1);
+    executors("tiny-wide", DD_Q8, 3);
     for (int k = 0; k < 2; k++)
         for (int t = 0; t < 5; t++)
             for (int i = 0; i < 3; i++) {

@@ -27,7 +27,7 @@ static const char *USAGE =
     "  score --model M --hidden H.npy --codes C.npy --out LOGITS.npy [--logits0 L0.npy] [--backend B] [--text T.npy]\n"
     "  bench [--model M | --synthetic gpt|csm|qwen3tts|moshi] [--weights f32|f16|bf16|q8|q4] [--batch B] [--frames N]\n"
     "        [--backend B] [--threads N] [--json FILE]\n"
-    "  export (--synthetic gpt|csm|qwen3tts|moshi|tiny-gpt|tiny-llama|tiny-qwen3|tiny-moshi [--weights W] | --model M [--weights f32|f16|bf16])\n"
+    "  export (--synthetic gpt|csm|qwen3tts|moshi|tiny-gpt|tiny-wide|tiny-llama|tiny-qwen3|tiny-moshi [--weights W] | --model M [--weights f32|f16|bf16])\n"
     "         --out FILE.safetensors      write a native file (converting/dequantizing with --weights)\n"
     "  quantize IN OUT --bits 8|4 [--group-size 32|64|128] [--embeddings] [--scale-type f32|f16|bf16]\n"
     "  quality (MODEL | --synthetic KIND) [--group-size G] [--rows N] [--backend B]\n"
@@ -1004,7 +1004,7 @@ static int cmd_bench(opts *o) {
 
 static int cmd_export(opts *o) {
     if (opt_flag(o, "--help")) {
-        printf("usage: depthdec export (--synthetic gpt|csm|qwen3tts|moshi|tiny-gpt|tiny-llama|tiny-qwen3|tiny-moshi [--weights W] | --model M) --out F\n"
+        printf("usage: depthdec export (--synthetic gpt|csm|qwen3tts|moshi|tiny-gpt|tiny-wide|tiny-llama|tiny-qwen3|tiny-moshi [--weights W] | --model M) --out F\n"
                "Writes the model as a native .safetensors file (config in __metadata__), e.g. for other engines.\n");
         return 0;
     }

@@ -30,6 +30,9 @@ static const synth_dims kinds[] = {
     /* Qwen3-TTS 12 Hz's code predictor (issue 17's dims): 16 code groups of 2048, talker width 2048 */
     {"qwen3tts", 1, 16, 2048, 2048, 1024, 5, 16, 8, 128, 3072, 1000000.0, 0, 1, 0, 0},
     {"tiny-gpt", 0, 8, 64, 128, 64, 2, 4, 4, 16, 256, 0, 0, 0, 1, 0},
+    /* tiny-gpt with a wide feed-forward: fc2's K 3200 spans four slabs of the CUDA split-K contract (the last one
+     * partial), the case the GPT / CSM dims reach only at full size */
+    {"tiny-wide", 0, 8, 64, 128, 64, 2, 4, 4, 16, 3200, 0, 0, 0, 1, 0},
     {"tiny-llama", 1, 8, 64, 128, 64, 2, 4, 2, 16, 128, 500000.0, 1, 0, 1, 0},
     /* a test model of the Qwen3 block; it keeps a head0 so the generic c0-sampling tests run on it too */
     {"tiny-qwen3", 1, 8, 64, 128, 64, 3, 4, 2, 32, 128, 1000000.0, 0, 1, 1, 0}, /* H HD = 128 != D on purpose */
@@ -163,8 +166,11 @@ dd_status dd_model_synthetic(dd_model **out, const char *kind, dd_dtype wt, uint
     const synth_dims *k = NULL;
     for (size_t i = 0; kind && i < sizeof kinds / sizeof *kinds; i++)
         if (strcmp(kind, kinds[i].name) == 0) k = &kinds[i];
-    if (!k) return dd_fail(err, DD_EINVAL, "synthetic model '%s': unknown (gpt, csm, qwen3tts, moshi, tiny-gpt, tiny-llama, tiny-qwen3, tiny-moshi)",
-                           kind ? kind : "(null)");
+    if (!k)
+        return dd_fail(err, DD_EINVAL,
+                       "synthetic model '%s': unknown (gpt, csm, qwen3tts, moshi, tiny-gpt, tiny-wide, tiny-llama, "
+                       "tiny-qwen3, tiny-moshi)",
+                       kind ? kind : "(null)");
     if ((unsigned)wt > DD_Q4) return dd_fail(err, DD_EINVAL, "synthetic model: bad weight type %d", (int)wt);
     builder b = {.l = {.what = "synthetic model", .err = err}, .wt = wt, .seed = seed * 0x9E3779B97F4A7C15ull + 12345};
     dd_dtype vt = (wt == DD_Q8 || wt == DD_Q4) ? DD_F16 : wt; /* storage of non-matrix tensors */
