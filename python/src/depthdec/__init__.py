@@ -112,9 +112,9 @@ class Model:
     def synthetic(cls, kind, weights="bf16", seed=0):
         """One of the embedded synthetic models: kind "gpt" (the seed's dims), "csm" (CSM-1B depth dims),
         "qwen3tts" (Qwen3-TTS's code predictor dims, no head0), "moshi" (Kyutai Moshi's depformer dims: per-position
-        weights, needs text=), "tiny-gpt", "tiny-wide", "tiny-llama", "tiny-qwen3" or "tiny-moshi" (small models for tests);
-        weights "f32", "f16", "bf16", "q8" or "q4" (group 64). Deterministic in `seed`; the weights are synthetic
-        (not a trained model)."""
+        weights, needs text=), "tiny-gpt", "tiny-wide", "tiny-llama", "tiny-qwen3" or "tiny-moshi" (small models for
+        tests); weights "f32", "f16", "bf16", "q8" or "q4" (group 64). Deterministic in `seed`; the weights are
+        synthetic (not a trained model)."""
         if not isinstance(kind, str) or not isinstance(weights, str):
             raise ArgumentError("Model.synthetic: kind and weights must be str")
         seed = _u64_scalar(seed, "seed")
