@@ -64,4 +64,6 @@ if [[ $P == *sweep* ]] && [ "$(left)" -gt 90 ]; then
 fi
 log "# $(date -u +%FT%TZ) done"
 # the device tool brings back 8 files: the parts' folders as one archive beside parts.txt and race_kf.log
-(cd "$O" && dirs=$(ls -d lab land bound sweep 2>/dev/null) && [ -n "$dirs" ] && tar czf parts.tgz $dirs && rm -rf $dirs)
+cd "$O" || exit 1
+dirs=$(ls -d lab land bound sweep 2>/dev/null || true)
+[ -z "$dirs" ] || { tar czf parts.tgz $dirs && rm -rf $dirs; }
