@@ -5,7 +5,8 @@
 # here ahead of the call are reused when carried as build-ab/SIDE/cuobj (with sources.sha; scripts below). Per
 # side, under $OUT/SIDE: summary.txt, timeline.md, logs.tgz (keep sides x 3 within the device tool's 8 files).
 #   OUT=/tmp/x dev/cuda/lat_ab.sh "s:dev/cuda/a.patch n:dev/cuda/a.patch,dev/cuda/b.patch"
-#   dev/cuda/lat_ab.sh prebuild "s:..."     (here: build-ab/SIDE/cuobj for base and each side, nvcc only)
+#   dev/cuda/lat_ab.sh prebuild "s:..."     (here: build-ab/SIDE/cuobj for base and each side, nvcc only; AB_BASE=0:
+#                                           the sides without base)
 #   env: TESTS (default "test_executors:2 test_e2e:1"), BASE_TESTS (default "all:1"),
 #        TL_CFGS (default "gpt:bf16:1 csm:bf16:1 gpt:bf16:8")
 set -u -o pipefail
@@ -15,6 +16,7 @@ OUT=${OUT:-/tmp/lat_ab}
 mode=run
 [ "${1:-}" = prebuild ] && { mode=prebuild; shift; }
 SIDES="base: ${1:-}"
+[ $mode = prebuild ] && [ "${AB_BASE:-1}" = 0 ] && SIDES=${1:-} # prebuild the named sides only
 tree_for() { # $1 side, $2 patches: a copy of the tree under $W/$1 with the patches applied
     local d=$W/$1
     rm -rf "$d"; mkdir -p "$d"

@@ -10,6 +10,9 @@
 #          an H200 only unless LAND_ANY=1)
 #   bound  the vendor products' bound (pack_item1_call.sh PARTS=bound; H200 only unless LAND_ANY=1)
 #   sweep  tp_sweep.sh at GPT bf16 B64 from build-ab/pref (SWEEP_SPECS)
+# Its default sides are records: lat_keep.patch landed 2026-12-07 15:3x (with lat_arrive; both in git history).
+# RACE_BIN (default build-ab/kft/test_cuda) and LAB_SIDES (default the kf side) pick other sides: 2026-12-07 15:3x
+# the second call raced build-ab/kat/test_cuda (lat_keep + lat_arrive) and A/B-ed sides kf and ka.
 # Here first (the carried objects must match the tree: dev/cuda/stamp.sh):
 #   make CUDA=1 CUDA_ARCH=sm_90 BUILD=build-cuda -j2 tests && bash dev/cuda/stamp.sh
 #   bash dev/cuda/lat_ab.sh prebuild "kf:dev/cuda/lat_keep.patch,dev/cuda/lat_slotoff.patch"
@@ -25,7 +28,7 @@
 set -u -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 python3 -c "import tarfile;tarfile.open('build-pack/pack.txz').extractall()" || exit 1
-T0=$(date +%s) CAP=${CAP_S:-560} P=${PARTS:-race lab land bound sweep}
+T0=$(date +%s) CAP=${CAP_S:-560} P=${PARTS:-race lab land bound sweep} RB=${RACE_BIN:-build-ab/kft/test_cuda}
 left() { echo $((CAP - ($(date +%s) - T0))); }
 O=$OUT
 log() { echo "$* (left $(left))" | tee -a "$O/parts.txt"; }
@@ -35,18 +38,18 @@ ldconfig
 log "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader): $P"
 if [[ $P == *race* ]] && [ "$(left)" -gt 200 ]; then
     DD_CUDA_TIMEOUT_S=60 DD_TEST_QUICK=3 DD_TEST_ONLY=test_executors timeout 170 compute-sanitizer --tool racecheck \
-        --print-limit 20 build-ab/kft/test_cuda >/tmp/race_kf.log 2>&1
+        --print-limit 20 "$RB" >/tmp/race_kf.log 2>&1
     log "race kf rc $?: $(grep -E 'PASSED|FAILED|RACECHECK SUMMARY' /tmp/race_kf.log | tr '\n' ' ')"
     head -c 60000 /tmp/race_kf.log >"$O/race_kf.log"
-    env -u DD_TEST_QUICK DD_CUDA_TIMEOUT_S=20 DD_TEST_ONLY=test_executors timeout 90 build-ab/kft/test_cuda \
+    env -u DD_TEST_QUICK DD_CUDA_TIMEOUT_S=20 DD_TEST_ONLY=test_executors timeout 90 "$RB" \
         >/tmp/kf_unquick.log 2>&1
     log "kf test_executors unquick rc $?: $(grep -E '^\[  (PASSED|FAILED) |FAIL' /tmp/kf_unquick.log | head -3 | tr '\n' ' ')"
 fi
 if [[ $P == *lab* ]] && [ "$(left)" -gt 120 ]; then
     mkdir -p "$O/lab"
     TESTS="test_executors:0" BASE_TESTS="test_executors:3" OUT=$O/lab PARTS=lab \
-        LAB_SIDES="kf:dev/cuda/lat_keep.patch,dev/cuda/lat_slotoff.patch" TL_CFGS="${TL_CFGS:-gpt:bf16:1 csm:bf16:1}" \
-        CAP_S=$(($(left) > 240 ? 130 : $(left) - 60)) bash dev/cuda/slab_call.sh >/tmp/lab_run.log 2>&1
+        LAB_SIDES="${LAB_SIDES:-kf:dev/cuda/lat_keep.patch,dev/cuda/lat_slotoff.patch}" TL_CFGS="${TL_CFGS:-gpt:bf16:1 csm:bf16:1}" \
+        CAP_S=$(($(left) > ${LAB_CAP_S:-130} + 110 ? ${LAB_CAP_S:-130} : $(left) - 60)) bash dev/cuda/slab_call.sh >/tmp/lab_run.log 2>&1
     log "lab rc $?"
 fi
 for part in land bound; do

@@ -650,32 +650,49 @@ __device__ __forceinline__ void lt_stage(int opi, int K, int group, int qint, in
 /* A fold of the latency step's chunk partials past one slab (K > CU_SLC chunks; cu_common.cuh's contract): the
  * segment's segc chunks (chunk cseg on; part row cc at cc n + idx) onto acc, the open slab's running sums (from +0
  * when first), and acc + LT_ACC_SLOTS / 2 * 32, the closed slabs' sums, which a slab joins when the next slab's
- * first chunk comes (the step's K range starts at slab boundary cbeg; tot0: the closed sum of [0, cbeg) was handed
- * over); at the step's last fold the total moves to acc. Out of line and inline measured alike (H100, 2026-12-07:
- * the slab contract costs the latency executor 2-3 % at GPT / CSM bf16 B1, about half of it with this code present
- * but never run; docs/cuda_results.md). */
+ * first chunk comes (the step's K range starts at slab boundary cbeg); at the step's last fold the total moves to
+ * acc. keep (a K split's second half): each slab's sum is kept apart instead, slab j of the range at
+ * acc + LT_ACC_SLOTS / 2 * 32 + j n, for lt_join_slabs once the first half's closed sum of [0, cbeg) has been polled,
+ * so the poll is followed by one add a slab instead of the half's whole chunk chain (-1.5 % at GPT bf16 B1, H100,
+ * 2026-12-07). Out of line and inline measured alike (H100, 2026-12-07: the slab contract cost the latency executor
+ * 2-3 % at GPT / CSM bf16 B1, about half of it with this code present but never run; docs/cuda_results.md). */
 static __device__ __noinline__ void lt_fold_slabs(float4 *acc, const float4 *part, int n, int segc, int cseg,
-                                                  int cbeg, bool tot0, bool last, bool first) {
+                                                  int cbeg, bool keep, bool last, bool first) {
     const int SO = LT_ACC_SLOTS / 2 * 32;
     /* the first slab boundary in the segment; whether the closed slabs' sum exists before it */
     const int gb = max((cseg + CU_SLC - 1) / CU_SLC * CU_SLC, cbeg + CU_SLC) - cseg;
-    const bool tv0 = tot0 || (cseg > cbeg && (cseg - 1) / CU_SLC * CU_SLC > cbeg);
+    const bool tv0 = cseg > cbeg && (cseg - 1) / CU_SLC * CU_SLC > cbeg;
 #pragma unroll 1
     for (int idx = threadIdx.x; idx < n; idx += LT_NC) {
         float4 a = first ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : acc[idx];
         bool tv = tv0;
-        float4 t = tv ? acc[SO + idx] : a;
+        float4 t = tv && !keep ? acc[SO + idx] : a;
+        int j = (cseg + gb - 1 - cbeg) / CU_SLC; /* keep: the slab the first close ends (or the segment's only one) */
         for (int cc = 0, e = min(gb, segc);; e = min(e + CU_SLC, segc)) {
 #pragma unroll 4
             for (; cc < e; cc++) a = cu_add4(a, part[cc * n + idx]);
             if (cc == segc) break;
-            /* chunk cseg + cc starts a slab: the slab before it joins the closed slabs' sum */
-            t = tv ? cu_add4(t, a) : a;
+            /* chunk cseg + cc starts a slab: the slab before it joins the closed slabs' sum (keep: is kept apart) */
+            if (keep) acc[SO + (j++) * n + idx] = a;
+            else t = tv ? cu_add4(t, a) : a;
             tv = true;
             a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
+        if (keep && last) {
+            acc[SO + j * n + idx] = a;
+            continue;
+        }
         if (last && tv) a = cu_add4(t, a);
-        if (!last && tv) acc[SO + idx] = t;
+        if (!last && tv && !keep) acc[SO + idx] = t;
+        acc[idx] = a;
+    }
+}
+/* keep's end: the handed-over sum of [0, cbeg) (in acc) and the range's nsl slab sums joined in slab order */
+static __device__ __noinline__ void lt_join_slabs(float4 *acc, int n, int nsl) {
+#pragma unroll 1
+    for (int idx = threadIdx.x; idx < n; idx += LT_NC) {
+        float4 a = acc[idx];
+        for (int j = 0; j < nsl; j++) a = cu_add4(a, acc[LT_ACC_SLOTS / 2 * 32 + j * n + idx]);
         acc[idx] = a;
     }
 }
@@ -736,21 +753,29 @@ __device__ __forceinline__ int lt_linear(const lt_step st, int l, int v) {
      * releases a piece's ring slot when its own items are done, so no barrier separates the pieces. */
     int segc = 0, first_seg = 1; /* chunks (per m-tile and n-tile) collected in part */
     auto fold = [&](int pc) { /* after piece pc (its values are read here, not kept live over the items) */
-        const bool slabs = KT > CU_SLC * CU_CKT;
-        lt_bar::sync();
-        if (first_seg && st.fwd == 2) { /* the running sum of chunks [0, h) from the step's other half, then ours */
+        const bool slabs = KT > CU_SLC * CU_CKT, last = pc + 1 == st.pc1;
+        auto poll_fwd = [&]() { /* the sum of chunks [0, h) from the step's other half */
             if (tid == 0) {
                 S.rsrc[0] = op.fwd + (size_t)st.u0 * 256;
-                S.rdst[0] = (float *)(slabs ? S.acc + LT_ACC_SLOTS / 2 * 32 : S.acc);
+                S.rdst[0] = (float *)S.acc;
             }
             lt_bar::sync();
             lt_poll_runs(E, 1, nmt * NTG * 128, nmt * NTG * 128);
             lt_bar::sync();
-            first_seg = slabs; /* with slabs ours start from +0 */
+        };
+        lt_bar::sync();
+        if (first_seg && st.fwd == 2 && !slabs) { /* its running sum, then ours */
+            poll_fwd();
+            first_seg = 0;
         }
-        if (slabs) {
-            lt_fold_slabs(S.acc, S.part, nmt * NTG * 32, segc, S.pcs[pc].y - segc, S.pcs[st.pc0].x, st.fwd == 2,
-                          pc + 1 == st.pc1, first_seg);
+        if (slabs) { /* fwd 2: our slabs' sums kept apart, the other half's closed sum polled at the end */
+            const int cbeg = S.pcs[st.pc0].x;
+            lt_fold_slabs(S.acc, S.part, nmt * NTG * 32, segc, S.pcs[pc].y - segc, cbeg, st.fwd == 2, last, first_seg);
+            if (st.fwd == 2 && last) {
+                lt_bar::sync();
+                poll_fwd();
+                lt_join_slabs(S.acc, nmt * NTG * 32, (S.pcs[pc].y - cbeg + CU_SLC - 1) / CU_SLC);
+            }
         } else {
 #pragma unroll 1
             for (int idx = tid; idx < nmt * NTG * 32; idx += LT_NC) {
@@ -817,8 +842,11 @@ __device__ __forceinline__ int lt_linear(const lt_step st, int l, int v) {
                 lt_chunk<TYPE, WM>(p, w, st.u0 * halves + mtl, ktc, nkt, wt, sbp, brow, t0 < T, as0, as1, lane);
             S.part[(((segc + ci) * nmt + mtl) * NTG + nt) * 32 + lane] = make_float4(p[0], p[1], p[2], p[3]);
         }
-        __syncwarp();
-        if (lane == 0) lt_mbar_arrive(&S.empty[slot]); /* one arrival per compute warp */
+        /* every compute thread arrives after its own reads of the slot (and of its offset): the producer's wait on
+         * empty[slot] then orders each read before the bulk copy that refills the slot, thread by thread (one lane's
+         * arrival after __syncwarp orders them too, but compute-sanitizer's racecheck credits only the arriving
+         * thread's reads: 2026-12-07, 559,488 reported WAR hazards on a ring slot, UBLKCP against LDS.128) */
+        lt_mbar_arrive(&S.empty[slot]);
         if (pc == st.pc0) LT_PH(6);
         segc += nc;
         v++;
@@ -1127,7 +1155,7 @@ __global__ void __launch_bounds__(LT_THREADS, 1) lt_kernel(const __grid_constant
     if (threadIdx.x == 0) {
         for (int i = 0; i < LT_NSLOT; i++) {
             lt_mbar_init(&S.full[i], 1);
-            lt_mbar_init(&S.empty[i], LT_NW);
+            lt_mbar_init(&S.empty[i], LT_NC); /* every compute thread arrives */
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -1309,8 +1337,9 @@ struct builder {
     void pieces(const lt_op &op, const cu_mat &w, int u0, int u1, int T, std::vector<lt_piece> &out, int step,
                 int kc0 = 0, int kc1 = -1) {
         const int nmt = (u1 - u0) * (w.pair ? 2 : 1), NC = kc1 >= 0 ? kc1 : (w.KT + CU_CKT - 1) / CU_CKT, NTG = (T + 7) / 8;
-        const int slab_f = w.KT > CU_SLC * CU_CKT ? 2 : 1; /* past one slab: acc's upper half, the closed sums */
-        if (slab_f * nmt * NTG > LT_ACC_SLOTS || (w.wm == WM_QINT && (CU_CKT * 16) % w.group) || (op.res && T * (u1 - u0) * 16 > LT_RES_FLOATS)) {
+        /* past one slab acc's halves: the open sums, and the closed sums (a K split's second half: its slabs' sums) */
+        const int nkeep = w.KT <= CU_SLC * CU_CKT ? 0 : kc0 > 0 ? (NC - kc0 + CU_SLC - 1) / CU_SLC : 1;
+        if ((nkeep ? nkeep * 2 : 1) * nmt * NTG > LT_ACC_SLOTS || (w.wm == WM_QINT && (CU_CKT * 16) % w.group) || (op.res && T * (u1 - u0) * 16 > LT_RES_FLOATS)) {
             fail = 1;
             return;
         }
