@@ -11,16 +11,9 @@
 #   bound  the vendor products' bound (gemm_bound.py)
 # Every part's folder comes back as one archive in $OUT.      OUT=$OUT PARTS="samp ab tl" bash dev/cuda/pack_item1_call.sh
 set -u -o pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-python3 -c "import tarfile;tarfile.open('build-pack/pack.txz').extractall()" || exit 1
-T0=$(date +%s) CAP=${CAP_S:-570} P=${PARTS:-samp ab tl land bound}
-left() { echo $((CAP - ($(date +%s) - T0))); }
-O=$OUT
+source "$(dirname "${BASH_SOURCE[0]}")/pack_env.sh" 570 "samp ab tl land bound"
 mkdir -p /tmp/samp /tmp/land /tmp/bound
-echo "# $(date -u +%FT%TZ) start: $P" >"$O/parts.txt"
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} DD_CUDA_TIMEOUT_S=5
-for f in .debs/*.deb; do dpkg -x "$f" /; done
-ldconfig
+export DD_CUDA_TIMEOUT_S=5
 if [[ $P == *samp* ]] && [ "$(left)" -gt 200 ]; then
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >/tmp/samp/gpu.txt
     env -u DD_TEST_QUICK DD_TEST_ONLY=test_sample timeout 100 build-ab/pre1/test_cuda >/tmp/samp/test_sample.log 2>&1

@@ -14,16 +14,8 @@
 #         memcheck test_executors (quick 2)
 # Every part's folder comes back as one archive; $OUT/parts.txt says what ran.
 set -u -o pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-python3 -c "import tarfile;tarfile.open('build-pack/pack.txz').extractall()" || exit 1
-T0=$(date +%s) CAP=${CAP_S:-570} P=${PARTS:-test tab lab}
-left() { echo $((CAP - ($(date +%s) - T0))); }
-O=$OUT
-log() { echo "$* (left $(left))" | tee -a "$O/parts.txt"; }
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} DD_CUDA_TIMEOUT_S=20
-for f in .debs/*.deb; do dpkg -x "$f" /; done
-ldconfig
-log "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader): $P"
+source "$(dirname "${BASH_SOURCE[0]}")/pack_env.sh" 570 "test tab lab"
+export DD_CUDA_TIMEOUT_S=20
 mkdir -p /tmp/test /tmp/san
 res() { grep -E '^\[  (PASSED|FAILED) |^tests:|FAIL' "$1" | head -5 | tr '\n' ' '; }
 if [[ $P == *test* ]]; then

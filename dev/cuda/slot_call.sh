@@ -26,16 +26,8 @@
 # Device:  OUT=$OUT bash dev/cuda/slot_call.sh   (carry build-pack, .debs); $OUT/parts.txt says what ran, the parts'
 # folders come back in $OUT/parts.tgz.
 set -u -o pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-python3 -c "import tarfile;tarfile.open('build-pack/pack.txz').extractall()" || exit 1
-T0=$(date +%s) CAP=${CAP_S:-560} P=${PARTS:-race lab land bound sweep} RB=${RACE_BIN:-build-ab/kft/test_cuda}
-left() { echo $((CAP - ($(date +%s) - T0))); }
-O=$OUT
-log() { echo "$* (left $(left))" | tee -a "$O/parts.txt"; }
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-for f in .debs/*.deb; do dpkg -x "$f" /; done
-ldconfig
-log "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader): $P"
+source "$(dirname "${BASH_SOURCE[0]}")/pack_env.sh" 560 "race lab land bound sweep"
+RB=${RACE_BIN:-build-ab/kft/test_cuda}
 if [[ $P == *race* ]] && [ "$(left)" -gt 200 ]; then
     DD_CUDA_TIMEOUT_S=60 DD_TEST_QUICK=3 DD_TEST_ONLY=test_executors timeout 170 compute-sanitizer --tool racecheck \
         --print-limit 20 "$RB" >/tmp/race_kf.log 2>&1

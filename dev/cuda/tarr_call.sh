@@ -12,16 +12,7 @@
 #             bash dev/cuda/pack.sh build-ab/pre0 build-ab/pre1
 # Device:     OUT=$OUT bash dev/cuda/tarr_call.sh   (carry build-pack, .debs); $OUT/parts.txt, race logs, ab/
 set -u -o pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-python3 -c "import tarfile;tarfile.open('build-pack/pack.txz').extractall()" || exit 1
-T0=$(date +%s) CAP=${CAP_S:-540} P=${PARTS:-race ab test}
-left() { echo $((CAP - ($(date +%s) - T0))); }
-O=$OUT
-log() { echo "$* (left $(left))" | tee -a "$O/parts.txt"; }
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-for f in .debs/*.deb; do dpkg -x "$f" /; done
-ldconfig
-log "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader): $P"
+source "$(dirname "${BASH_SOURCE[0]}")/pack_env.sh" 540 "race ab test"
 if [[ $P == *race* ]]; then
     for side in pre0 pre1; do
         for w in bf16 q8; do
