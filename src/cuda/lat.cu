@@ -1339,7 +1339,8 @@ struct builder {
         const int nmt = (u1 - u0) * (w.pair ? 2 : 1), NC = kc1 >= 0 ? kc1 : (w.KT + CU_CKT - 1) / CU_CKT, NTG = (T + 7) / 8;
         /* past one slab acc's halves: the open sums, and the closed sums (a K split's second half: its slabs' sums) */
         const int nkeep = w.KT <= CU_SLC * CU_CKT ? 0 : kc0 > 0 ? (NC - kc0 + CU_SLC - 1) / CU_SLC : 1;
-        if ((nkeep ? nkeep * 2 : 1) * nmt * NTG > LT_ACC_SLOTS || (w.wm == WM_QINT && (CU_CKT * 16) % w.group) || (op.res && T * (u1 - u0) * 16 > LT_RES_FLOATS)) {
+        if ((nkeep ? nkeep * 2 : 1) * nmt * NTG > LT_ACC_SLOTS || (w.wm == WM_QINT && (CU_CKT * 16) % w.group) ||
+            (op.res && T * (u1 - u0) * 16 > LT_RES_FLOATS)) {
             fail = 1;
             return;
         }

@@ -305,10 +305,11 @@ __global__ void __launch_bounds__(TP_THREADS, 1)
     const uint32_t tx = (uint32_t)(SBO + (QI ? (TP_BM / 16) * sbb + BN * 4 : 0)); /* a stage's bytes */
     const u64 deadline = tp_gtimer() + a.timeout_ns;
     if (threadIdx.x == 0) {
-        /* empty: every consumer thread arrives after its own reads of the stage, so each read is ordered before the
-         * refill by its own thread's arrival (lane 0's arrival after __syncwarp orders them too, but racecheck credits
-         * only the arriving thread's reads: 2026-12-07, the latency kernel's ring, 559,488 hazards -> 0) */
-        for (int s = 0; s < TP_STAGES; s++) tp_mbar_init(&full[s], 1), tp_mbar_init(&empty[s], 256);
+        /* empty: every consumer thread (warpgroups 0 and 1; 2 is the producer's) arrives after its own reads of the
+         * stage, so each read is ordered before the refill by its own thread's arrival (lane 0's arrival after
+         * __syncwarp orders them too, but racecheck credits only the arriving thread's reads: 2026-12-07, 16 / 34
+         * errors on a GPT bf16 / q8 B64 frame -> 0) */
+        for (int s = 0; s < TP_STAGES; s++) tp_mbar_init(&full[s], 1), tp_mbar_init(&empty[s], TP_THREADS - 128);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads(); /* the last block-wide barrier: the roles below never meet again */
