@@ -217,7 +217,7 @@ static void test_near_tie_rule(void **state) {
 static void test_score_vs_ref(void **state) {
     (void)state;
     const int n = 24;
-    for (size_t k = 0; k < 3; k++)
+    for (size_t k = 0; k < sizeof tiny_kinds / sizeof *tiny_kinds; k++)
         for (size_t t = 0; t < 5; t++) {
             dd_model *m = synth(tiny_kinds[k], all_types[t], rnd64());
             const dd_config *c = dd_model_config(m);
