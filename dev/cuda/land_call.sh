@@ -14,6 +14,8 @@
 #               kernels in one frame: tp_attend3 at GPT bf16 B256, tp_attend2 at CSM bf16 B256 (per pass and layer)
 #   PART=attsrc: ncu source counters (SASS lines with their stall samples) of tp_attend3 at GPT bf16 B256, an early
 #               pass's launch (pass 2) and a late one's (pass 29): $R/attsrc_*.csv, the top lines in the summary
+#   PART=latsrc: ncu source counters of the latency kernel (lt_kernel, one frame after a warm one) at LATSRC_SPECS
+#               (default "gpt q8 1|gpt bf16 1"): the SASS lines with the most stall samples in the summary
 #   PART=icache: dev/cuda/derisk/icache.cu (instruction-cache sizes and the cost of cold code, ~20 s with its build);
 #               put it first: PART="icache check speed"
 #   PART=linchain: dev/cuda/derisk/linchain.cu, layerchain.cu and chain.cu (the lean linear step's chain and the
@@ -94,6 +96,23 @@ if [[ $PART == *attsrc* ]]; then
         ncu -i "$R/attsrc_$skip.ncu-rep" --page source --csv --print-source sass >"$R/attsrc_$skip.csv" 2>"$R/attsrc_$skip.err"
         log "source page rc $? ($(wc -l <"$R/attsrc_$skip.csv") lines)"
         python3 dev/cuda/ncu_src_top.py "$R/attsrc_$skip.csv" 40 2>&1 | tee -a "$S"
+    done
+fi
+if [[ $PART == *latsrc* ]]; then # the latency kernel's SASS lines by stall samples, one frame each of LATSRC_SPECS
+    dev_prog exec_ab
+    IFS='|' read -r -a lspecs <<<"${LATSRC_SPECS:-gpt q8 1|gpt bf16 1}"
+    for spec in "${lspecs[@]}"; do
+        nm=$(echo "$spec" | tr ' ' '_')
+        fits 80 "ncu lt_kernel source $spec" || continue
+        EXEC_AB_WARM=1 EXEC_AB_NOFRAME=1 timeout 100 ncu -f -o "$R/latsrc_$nm" --kernel-name regex:lt_kernel \
+            --launch-skip 1 --launch-count 1 --section WarpStateStats --section SourceCounters --import-source yes \
+            $B/exec_ab ${spec% *} 1 ${spec##* } >"$R/latsrc_$nm.log" 2>&1
+        log "ncu lt_kernel source ($spec) rc $? ($(el))"
+        ncu -i "$R/latsrc_$nm.ncu-rep" --page details >"$R/latsrc_$nm.txt" 2>&1
+        grep -E "Duration|Warp Cycles|Issued" "$R/latsrc_$nm.txt" | head -12 | tee -a "$S"
+        ncu -i "$R/latsrc_$nm.ncu-rep" --page source --csv --print-source sass >"$R/latsrc_$nm.csv" 2>"$R/latsrc_$nm.err"
+        python3 dev/cuda/ncu_src_top.py "$R/latsrc_$nm.csv" 40 >"$R/latsrc_$nm.top" 2>&1
+        head -60 "$R/latsrc_$nm.top" >>"$S"
     done
 fi
 (cd "$OUT" && tar czf work.tgz work && rm -rf work)

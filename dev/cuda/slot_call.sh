@@ -9,6 +9,7 @@
 #   land   the landed tree's bench curve with the PyTorch graph loop and capacity (pack_item1_call.sh PARTS=land; on
 #          an H200 only unless LAND_ANY=1)
 #   bound  the vendor products' bound (pack_item1_call.sh PARTS=bound; H200 only unless LAND_ANY=1)
+#   latsrc ncu source counters of the latency kernel (land_call.sh PART=latsrc; LATSRC_SPECS)
 #   sweep  tp_sweep.sh at GPT bf16 B64 from build-ab/pref (SWEEP_SPECS)
 # Its default sides are records: lat_keep.patch landed 2026-12-07 15:3x (with lat_arrive; both in git history).
 # RACE_BIN (default build-ab/kft/test_cuda) and LAB_SIDES (default the kf side) pick other sides: 2026-12-07 15:3x
@@ -52,6 +53,11 @@ for part in land bound; do
     OUT=$O/$part PARTS=$part CAP_S=$need bash dev/cuda/pack_item1_call.sh >/tmp/${part}_run.log 2>&1
     log "$part rc $?: $(tail -3 "$O/$part/parts.txt" | tr '\n' ' ')"
 done
+if [[ $P == *latsrc* ]] && [ "$(left)" -gt 150 ]; then
+    mkdir -p "$O/latsrc"
+    OUT=$O/latsrc PART=latsrc CAP_S=$(($(left) > 260 ? 230 : $(left) - 30)) bash dev/cuda/land_call.sh >/tmp/latsrc_run.log 2>&1
+    log "latsrc rc $?"
+fi
 if [[ $P == *sweep* ]] && [ "$(left)" -gt 90 ]; then
     CALL_NOBUILD=1 SWEEP_EXE=build-ab/pref/exec_ab SWEEP_SPECS="${SWEEP_SPECS:-gpt bf16 64}" OUT=$O/sweep \
         CAP_S=$(($(left) - 20)) bash dev/cuda/tp_sweep.sh >/tmp/sweep_run.log 2>&1
@@ -60,5 +66,5 @@ fi
 log "# $(date -u +%FT%TZ) done"
 # the device tool brings back 8 files: the parts' folders as one archive beside parts.txt and race_kf.log
 cd "$O" || exit 1
-dirs=$(ls -d lab land bound sweep 2>/dev/null || true)
+dirs=$(ls -d lab land bound latsrc sweep 2>/dev/null || true)
 [ -z "$dirs" ] || { tar czf parts.tgz $dirs && rm -rf $dirs; }
