@@ -294,4 +294,27 @@ __device__ __forceinline__ void cu_softmax2(const float (&sc)[2], int nk, int la
     cu_pin(w0, w1);
 }
 
+/* ---- mbarrier primitives of the shared-memory pipelines (lat.cu's weight ring, tput.cu's tile stages) ------ */
+__device__ __forceinline__ uint32_t cu_smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void cu_mbar_init(unsigned long long *b, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(cu_smem_u32(b)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void cu_mbar_arrive(unsigned long long *b) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(cu_smem_u32(b)) : "memory");
+}
+__device__ __forceinline__ void cu_mbar_expect(unsigned long long *b, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(cu_smem_u32(b)), "r"(bytes)
+                 : "memory");
+}
+/* one try_wait on the barrier at shared address a: 1 once the phase of `parity` completed (a failed try may have
+ * suspended the thread a while); the callers' loops decide when to give up */
+__device__ __forceinline__ uint32_t cu_mbar_try(uint32_t a, unsigned parity) {
+    uint32_t ok;
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(ok)
+                 : "r"(a), "r"(parity)
+                 : "memory");
+    return ok;
+}
+
 #endif

@@ -195,38 +195,23 @@ struct lt_bar {
     }
 };
 
-__device__ __forceinline__ uint32_t lt_smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void lt_mbar_init(u64 *b, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(lt_smem_addr(b)), "r"(count) : "memory");
-}
 /* Wait for the phase of `parity` to complete: 1, or 0 when the wait gave up (lt_give_up: another SM flagged an error,
  * or the timeout passed, flagged here; a frame whose waits gave up is reported failed, its results unread). Every
  * 64th failed try_wait checks (each has suspended the thread a while; a check is an L2 round trip that a wait for a
  * piece about to land should not pay). */
 __device__ __forceinline__ int lt_mbar_wait(u64 *b, unsigned parity, const lt_params &P) {
-    const uint32_t a = lt_smem_addr(b);
-    uint32_t ok;
+    const uint32_t a = cu_smem_u32(b);
     unsigned spins = 0;
     u64 t0 = 0;
     for (;;) {
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                     : "=r"(ok)
-                     : "r"(a), "r"(parity)
-                     : "memory");
+        const uint32_t ok = cu_mbar_try(a, parity);
         if (ok || ((++spins & 63u) == 0 && lt_give_up(P, t0))) return ok;
     }
 }
-__device__ __forceinline__ void lt_mbar_arrive(u64 *b) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(lt_smem_addr(b)) : "memory");
-}
-__device__ __forceinline__ void lt_mbar_expect(u64 *b, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(lt_smem_addr(b)), "r"(bytes)
-                 : "memory");
-}
 __device__ __forceinline__ void lt_bulk(void *dst, const void *src, unsigned bytes, u64 *bar, u64 policy) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, "
-                 "[%3], %4;" ::"r"(lt_smem_addr(dst)),
-                 "l"(src), "r"(bytes), "r"(lt_smem_addr(bar)), "l"(policy)
+                 "[%3], %4;" ::"r"(cu_smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(cu_smem_u32(bar)), "l"(policy)
                  : "memory");
 }
 
@@ -450,7 +435,7 @@ __device__ void lt_producer(const lt_sm me) {
         const int slot = v % LT_NSLOT;
         foff[slot] = off;
         S.slot_off[slot] = off;
-        lt_mbar_expect(&S.full[slot], (unsigned)bytes);
+        cu_mbar_expect(&S.full[slot], (unsigned)bytes);
         const u64 pol = pc.keep ? keep : drop;
         uint8_t *dst = S.ring + off;
         for (int i = 0; i < pc.nmt; i++)
@@ -846,7 +831,7 @@ __device__ __forceinline__ int lt_linear(const lt_step st, int l, int v) {
          * empty[slot] then orders each read before the bulk copy that refills the slot, thread by thread (one lane's
          * arrival after __syncwarp orders them too, but compute-sanitizer's racecheck credits only the arriving
          * thread's reads: 2026-12-07, 559,488 reported WAR hazards on a ring slot, UBLKCP against LDS.128) */
-        lt_mbar_arrive(&S.empty[slot]);
+        cu_mbar_arrive(&S.empty[slot]);
         if (pc == st.pc0) LT_PH(6);
         segc += nc;
         v++;
@@ -1154,8 +1139,8 @@ __global__ void __launch_bounds__(LT_THREADS, 1) lt_kernel(const __grid_constant
     lt_smem S = lt_S(); /* pcs is not read before the barrier below */
     if (threadIdx.x == 0) {
         for (int i = 0; i < LT_NSLOT; i++) {
-            lt_mbar_init(&S.full[i], 1);
-            lt_mbar_init(&S.empty[i], LT_NC); /* every compute thread arrives */
+            cu_mbar_init(&S.full[i], 1);
+            cu_mbar_init(&S.empty[i], LT_NC); /* every compute thread arrives */
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }

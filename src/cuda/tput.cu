@@ -93,7 +93,6 @@ __host__ __device__ inline int tp_planes(int NC, int S, int *pps) {
 }
 
 /* ---- device ------------------------------------------------------------------------------------------------ */
-__device__ __forceinline__ uint32_t tp_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 /* Programmatic dependent launch (every kernel of this executor is launched with it): a kernel lets the next one
  * start as soon as its blocks run (trigger), and waits for the previous kernel's completion and memory before its
  * first access to anything an earlier kernel writes or reads (wait); the weights, which no kernel writes, may be
@@ -115,39 +114,25 @@ __device__ __forceinline__ u64 tp_gtimer(void) {
 }
 
 #if TP_DEVICE
-__device__ __forceinline__ void tp_mbar_init(u64 *b, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(tp_smem(b)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void tp_mbar_arrive(u64 *b) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(tp_smem(b)) : "memory");
-}
-__device__ __forceinline__ void tp_mbar_expect_tx(u64 *b, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(tp_smem(b)), "r"(bytes) : "memory");
-}
 /* true once the phase of this parity completed; false at the deadline */
 __device__ __forceinline__ bool tp_mbar_wait(u64 *b, uint32_t parity, u64 deadline) {
-    const uint32_t a = tp_smem(b);
+    const uint32_t a = cu_smem_u32(b);
     for (uint32_t n = 1;; n++) {
-        uint32_t ok;
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                     : "=r"(ok)
-                     : "r"(a), "r"(parity)
-                     : "memory");
-        if (ok) return true;
+        if (cu_mbar_try(a, parity)) return true;
         if ((n & 63) == 0 && tp_gtimer() > deadline) return false;
     }
 }
 __device__ __forceinline__ void tp_bulk(void *dst, const void *src, uint32_t bytes, u64 *bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     tp_smem(dst)),
-                 "l"(src), "r"(bytes), "r"(tp_smem(bar))
+                     cu_smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(cu_smem_u32(bar))
                  : "memory");
 }
 /* 2D TMA load of box {TP_BK, BN} at (k0, t0), completion on bar; rows past the tensor's T read as zeros */
 __device__ __forceinline__ void tp_tma_2d(void *dst, const CUtensorMap *tm, int k0, int t0, u64 *bar) {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
-                 "[%4];" ::"r"(tp_smem(dst)),
-                 "l"((u64)tm), "r"(k0), "r"(t0), "r"(tp_smem(bar))
+                 "[%4];" ::"r"(cu_smem_u32(dst)),
+                 "l"((u64)tm), "r"(k0), "r"(t0), "r"(cu_smem_u32(bar))
                  : "memory");
 }
 /* K-major, 128B-swizzled operand at shared address a (1024-byte aligned tile; + 32 j bytes for k-tile j) */
@@ -296,7 +281,7 @@ __global__ void __launch_bounds__(TP_THREADS, 1)
     constexpr int SB = QI ? (ASO + BN * 4 + 1023) / 1024 * 1024 : SBO; /* a stage (1024-byte aligned for the TMA) */
     static_assert(!QI || TP_BK == 64, "QINT: a stage is a group of 64");
     extern __shared__ unsigned char tp_smem_raw[];
-    unsigned char *smem = tp_smem_raw + ((1024 - (tp_smem(tp_smem_raw) & 1023)) & 1023);
+    unsigned char *smem = tp_smem_raw + ((1024 - (cu_smem_u32(tp_smem_raw) & 1023)) & 1023);
     u64 *full = (u64 *)(smem + TP_STAGES * SB), *empty = full + TP_STAGES;
     const int TT = (a.T + BN - 1) / BN, KT = a.K / 16, NC = a.K / (16 * CU_CKT), sc = NC / a.S;
     const int tt = blockIdx.x % TT, z = (blockIdx.x / TT) % a.S, mb = blockIdx.x / (TT * a.S);
@@ -309,7 +294,7 @@ __global__ void __launch_bounds__(TP_THREADS, 1)
          * stage, so each read is ordered before the refill by its own thread's arrival (lane 0's arrival after
          * __syncwarp orders them too, but racecheck credits only the arriving thread's reads: 2026-12-07, 16 / 34
          * errors on a GPT bf16 / q8 B64 frame -> 0) */
-        for (int s = 0; s < TP_STAGES; s++) tp_mbar_init(&full[s], 1), tp_mbar_init(&empty[s], TP_THREADS - 128);
+        for (int s = 0; s < TP_STAGES; s++) cu_mbar_init(&full[s], 1), cu_mbar_init(&empty[s], TP_THREADS - 128);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads(); /* the last block-wide barrier: the roles below never meet again */
@@ -331,7 +316,7 @@ __global__ void __launch_bounds__(TP_THREADS, 1)
         };
         int pre = 0; /* stages whose weights are requested before the previous kernel ends */
         for (; pre < TP_STAGES && kb0 + pre < kb1; pre++) {
-            tp_mbar_expect_tx(&full[pre], tx);
+            cu_mbar_expect(&full[pre], tx);
             weights(kb0 + pre, pre);
         }
         tp_pdl_wait(); /* the activations (and the outputs the consumers will write) are free from here */
@@ -343,7 +328,7 @@ __global__ void __launch_bounds__(TP_THREADS, 1)
                 return;
             }
             unsigned char *st = smem + s * SB;
-            if (kb - kb0 >= pre) tp_mbar_expect_tx(&full[s], tx);
+            if (kb - kb0 >= pre) cu_mbar_expect(&full[s], tx);
             tp_tma_2d(st, &tm_hi, kb * TP_BK, t0, &full[s]);
             tp_tma_2d(st + HI, &tm_lo, kb * TP_BK, t0, &full[s]);
             if (QI) /* the tokens' sums of group kb (tp_split's; rows of ta >= t0 + BN floats) */
@@ -412,7 +397,7 @@ __global__ void __launch_bounds__(TP_THREADS, 1)
             tp_fence_regs(gp);
             const unsigned char *st = smem + prev * SB;
             tp_qint_close<BN>(p, gp, a, st + SBO, (const float *)(st + ASO), wt, g, cq);
-            tp_mbar_arrive(&empty[prev]); /* every consumer thread, after its own reads (see the init) */
+            cu_mbar_arrive(&empty[prev]); /* every consumer thread, after its own reads (see the init) */
         };
         for (int c = c0; c < c0 + sc; c++) {
 #pragma unroll
@@ -432,7 +417,7 @@ __global__ void __launch_bounds__(TP_THREADS, 1)
 #pragma unroll
                 for (int e = 0; e < NACC; e++) ga[h][e] = 0.0f;
                 tp_fence_regs(ga[h]);
-                const uint32_t hb = tp_smem(st), lb = tp_smem(st + HI);
+                const uint32_t hb = cu_smem_u32(st), lb = cu_smem_u32(st + HI);
                 asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
                 for (int j = 0; j < 4; j++) { /* the contract's term order per k-tile: hi, then lo */
@@ -466,7 +451,7 @@ __global__ void __launch_bounds__(TP_THREADS, 1)
                     af[h][j][0] = v.x, af[h][j][1] = v.y, af[h][j][2] = v.z, af[h][j][3] = v.w;
                     tp_fence_regs(af[h][j]);
                 }
-                const uint32_t hb = tp_smem(st), lb = tp_smem(st + HI);
+                const uint32_t hb = cu_smem_u32(st), lb = cu_smem_u32(st + HI);
                 if (h == 0) tp_fence_regs(p); /* p's zeroing stays above the fence */
                 asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
@@ -479,10 +464,10 @@ __global__ void __launch_bounds__(TP_THREADS, 1)
                 if (++s == TP_STAGES) s = 0, round++;
             }
             asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); /* half 0 done: its stage can be refilled */
-            tp_mbar_arrive(&empty[used[0]]);
+            cu_mbar_arrive(&empty[used[0]]);
             asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
             tp_fence_regs(p);
-            tp_mbar_arrive(&empty[used[1]]);
+            cu_mbar_arrive(&empty[used[1]]);
             chunk_done(c);
         }
     }
