@@ -14,3 +14,16 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH
 for f in .debs/*.deb; do dpkg -x "$f" /; done
 ldconfig
 log "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader): $P"
+# land_bound ROOT: the parts "land" and "bound" of $P (pack_item1_call.sh, each under ROOT/PART; on an H200 only unless
+# LAND_ANY=1), each skipped when what is left of CAP would not hold it (slot_call.sh, preld_call.sh)
+land_bound() {
+    local part need
+    for part in land bound; do
+        [[ $P == *$part* ]] || continue
+        need=$([ $part = land ] && echo 230 || echo 130)
+        [ "$(left)" -gt "$need" ] || { log "$part skipped"; continue; }
+        mkdir -p "$1/$part"
+        OUT=$1/$part PARTS=$part CAP_S=$need bash dev/cuda/pack_item1_call.sh >/tmp/${part}_run.log 2>&1
+        log "$part rc $?: $(tail -3 "$1/$part/parts.txt" | tr '\n' ' ')"
+    done
+}

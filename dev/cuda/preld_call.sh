@@ -64,14 +64,7 @@ if [[ $P == *latsrc* ]] && [ "$(left)" -gt 130 ]; then
     OUT=/tmp/latsrc PART=latsrc CAP_S=$(($(left) - 20)) bash dev/cuda/land_call.sh >/tmp/latsrc_run.log 2>&1
     log "latsrc rc $?"
 fi
-for part in land bound; do
-    [[ $P == *$part* ]] || continue
-    need=$([ $part = land ] && echo 230 || echo 130)
-    [ "$(left)" -gt "$need" ] || { log "$part skipped"; continue; }
-    mkdir -p "/tmp/$part"
-    OUT=/tmp/$part PARTS=$part CAP_S=$need bash dev/cuda/pack_item1_call.sh >/tmp/${part}_run.log 2>&1
-    log "$part rc $?: $(tail -3 "/tmp/$part/parts.txt" | tr '\n' ' ')"
-done
+land_bound /tmp
 log "# $(date -u +%FT%TZ) done"
 for d in ab lab latsrc land bound; do [ -n "$(ls -A /tmp/$d 2>/dev/null)" ] && tar czf "$O/$d.tgz" -C /tmp $d; done
 cp /tmp/ab_run.log /tmp/lab_run.log "$O/" 2>/dev/null

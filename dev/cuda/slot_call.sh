@@ -45,14 +45,7 @@ if [[ $P == *lab* ]] && [ "$(left)" -gt 120 ]; then
         CAP_S=$(($(left) > ${LAB_CAP_S:-130} + 110 ? ${LAB_CAP_S:-130} : $(left) - 60)) bash dev/cuda/slab_call.sh >/tmp/lab_run.log 2>&1
     log "lab rc $?"
 fi
-for part in land bound; do
-    [[ $P == *$part* ]] || continue
-    need=$([ $part = land ] && echo 230 || echo 130)
-    [ "$(left)" -gt "$need" ] || { log "$part skipped"; continue; }
-    mkdir -p "$O/$part"
-    OUT=$O/$part PARTS=$part CAP_S=$need bash dev/cuda/pack_item1_call.sh >/tmp/${part}_run.log 2>&1
-    log "$part rc $?: $(tail -3 "$O/$part/parts.txt" | tr '\n' ' ')"
-done
+land_bound "$O"
 if [[ $P == *latsrc* ]] && [ "$(left)" -gt 150 ]; then
     mkdir -p "$O/latsrc"
     OUT=$O/latsrc PART=latsrc CAP_S=$(($(left) > 260 ? 230 : $(left) - 30)) bash dev/cuda/land_call.sh >/tmp/latsrc_run.log 2>&1
